@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# test.sh — the whole test suite: release build (every label) and an
+# ASan+UBSan build (unit, golden, cli and fuzz-replay tests).
+#   scripts/test.sh                   everything
+#   KILN_TEST_QUICK=1 scripts/test.sh release build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+if [ -f tests/e2e/package.json ]; then
+  (cd tests/e2e && { [ -d node_modules ] || npm install --no-audit --no-fund --loglevel=error; })
+fi
+
+echo "== release build: all tests"
+(cd build && ctest --output-on-failure -j "$JOBS")
+
+if [ "${KILN_TEST_QUICK:-0}" != 1 ]; then
+  echo "== sanitizer build (ASan + UBSan): unit, golden, cli, fuzz-replay"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j "$JOBS"
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j "$JOBS" -L 'unit|golden|cli|fuzz-replay')
+fi
+echo "== all tests passed"

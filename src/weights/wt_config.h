@@ -1,0 +1,109 @@
+/*
+ * wt_config.h — config.json (+ generation_config.json) of a Hugging Face
+ * snapshot, parsed into one plain struct.
+ *
+ *   wt_config cfg; kiln_err err;
+ *   if (wt_config_load("/models/qwen3", &cfg, &err) != KILN_OK) die(err.msg);
+ *   wt_qspec q = wt_config_quant_for(&cfg, "model.layers.0.mlp.down_proj", has_scales);
+ *   wt_config_free(&cfg);
+ *
+ * Nested "text_config" (multimodal wrappers) is read when the top level lacks the
+ * text keys. BOS/EOS come from config.json and are overridden by
+ * generation_config.json when it has them (int or list). An unsupported
+ * architecture is refused with a message listing the supported ones.
+ */
+#ifndef KILN_WT_CONFIG_H
+#define KILN_WT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/kiln_err.h"
+
+typedef enum {
+    WT_ARCH_LLAMA,   /* LlamaForCausalLM */
+    WT_ARCH_MISTRAL, /* MistralForCausalLM */
+    WT_ARCH_QWEN2,   /* Qwen2ForCausalLM: q/k/v biases */
+    WT_ARCH_QWEN3,   /* Qwen3ForCausalLM: per-head q_norm/k_norm */
+    WT_ARCH_COUNT
+} wt_arch;
+
+typedef enum {
+    WT_ROPE_NONE, /* plain RoPE with rope_theta */
+    WT_ROPE_LINEAR,
+    WT_ROPE_LLAMA3,
+    WT_ROPE_YARN,
+    WT_ROPE_DYNAMIC,
+} wt_rope_type;
+
+typedef struct {
+    wt_rope_type type;
+    double factor;            /* linear / llama3 / yarn / dynamic */
+    double low_freq_factor;   /* llama3 */
+    double high_freq_factor;  /* llama3 */
+    int64_t original_max_pos; /* llama3 / yarn / dynamic: original_max_position_embeddings */
+    double beta_fast, beta_slow; /* yarn (defaults 32, 1) */
+    double mscale, mscale_all_dim; /* yarn (deepseek style; 0 = absent) */
+    double attention_factor;  /* yarn: explicit attention_factor, 0 = derive */
+    double partial_rotary_factor; /* fraction of head_dim rotated (1.0 = all) */
+} wt_rope;
+
+typedef enum { WT_QMODE_NONE = 0, WT_QMODE_AFFINE, WT_QMODE_MXFP4, WT_QMODE_MXFP8, WT_QMODE_NVFP4 } wt_qmode;
+
+typedef struct {
+    wt_qmode mode; /* WT_QMODE_NONE: not quantized */
+    int bits, group_size;
+} wt_qspec;
+
+typedef struct {
+    char *path; /* OWNED: module path, e.g. "model.layers.0.mlp.down_proj" */
+    wt_qspec spec; /* mode NONE for `false` */
+    bool use_global; /* `true`: quantized with the global parameters */
+} wt_qoverride;
+
+#define WT_MAX_EOS 8
+
+typedef struct {
+    wt_arch arch;
+    char architecture[64]; /* as written, e.g. "Qwen3ForCausalLM" */
+    char model_type[64];
+    char torch_dtype[16];  /* "bfloat16", "float32", ... or "" */
+    char hidden_act[32];   /* "silu" */
+    int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, vocab;
+    int64_t max_pos;       /* max_position_embeddings */
+    double rms_eps, rope_theta;
+    wt_rope rope;
+    bool tie_word_embeddings, attention_bias, mlp_bias, qk_norm;
+    int64_t sliding_window;   /* 0 = none */
+    int64_t max_window_layers; /* qwen2: layers >= this use the window (when enabled) */
+    int32_t bos_id;           /* -1 = none */
+    int32_t eos_ids[WT_MAX_EOS];
+    int n_eos;
+    int32_t pad_id;           /* -1 = none */
+    /* MLX quantization ("quantization" or "quantization_config") */
+    wt_qspec quant;           /* global; mode NONE when the config has none */
+    wt_qoverride *qover;      /* OWNED: per-module overrides; freed by wt_config_free */
+    int n_qover;
+    /* generation_config.json defaults (0 / -1 when absent) */
+    double gen_temperature, gen_top_p, gen_min_p, gen_repetition_penalty;
+    int64_t gen_top_k;
+    bool has_gen_temperature, has_gen_top_p, has_gen_top_k, has_gen_min_p,
+        has_gen_repetition_penalty;
+} wt_config;
+
+/* API */
+/* Reads dir/config.json and, if present, dir/generation_config.json. */
+kiln_code wt_config_load(const char *dir, wt_config *out, kiln_err *err);
+/* Parses from memory (gen may be NULL); label names the source in messages. */
+kiln_code wt_config_parse(const char *json, size_t len, const char *gen, size_t gen_len,
+                          const char *label, wt_config *out, kiln_err *err);
+void wt_config_free(wt_config *cfg);
+/* Decides how module `path` is stored: the override for `path` if any, else the
+ * global spec iff the checkpoint has `<path>.scales` (has_scales), else NONE. */
+wt_qspec wt_config_quant_for(const wt_config *cfg, const char *path, bool has_scales);
+const char *wt_arch_name(wt_arch a);
+/* "LlamaForCausalLM, MistralForCausalLM, ..." for error messages. */
+const char *wt_arch_supported_list(void);
+
+#endif
