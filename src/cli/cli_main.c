@@ -1,15 +1,49 @@
 /*
  * cli_main.c — `kiln <verb> [flags]`: dispatches to the verbs.
  */
+#include "cli/cli.h"
+#include "util/kiln_log.h"
+
 #include <stdio.h>
 #include <string.h>
 
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} verb;
+
+static const verb verbs[] = {
+    {"generate", cli_generate, "generate a continuation of a prompt"},
+    {"logits", cli_logits, "write raw float32 logits for a token sequence"},
+    {"bench", cli_bench, "measure prefill/decode speed, load time and RSS"},
+    {"info", cli_info, "describe a model snapshot"},
+    {"quantize", cli_quantize, "write an MLX affine-quantized copy of a snapshot"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "kiln — a local LLM inference server\n\nusage: kiln <verb> [flags]\n\nverbs:\n");
+    for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++)
+        fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].help);
+    fprintf(f, "\n`kiln <verb> --help` lists a verb's flags.\n"
+               "Environment: KILN_ISA=ref|avx2|auto picks the kernel variant; "
+               "KILN_LOG=error|warn|info|debug sets the log level.\n");
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        printf("usage: kiln <verb> [flags]\n");
-        return argc < 2 ? 2 : 0;
+    kiln_log_init_from_env();
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++)
+        if (!strcmp(argv[1], verbs[i].name)) return verbs[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown verb '%s' (try kiln --help)\n", argv[1]);
     return 2;
 }

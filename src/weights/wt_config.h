@@ -11,6 +11,14 @@
  * text keys. BOS/EOS come from config.json and are overridden by
  * generation_config.json when it has them (int or list). An unsupported
  * architecture is refused with a message listing the supported ones.
+ *
+ * Family notes for the model layer: attention_bias is Llama's flag (biases on
+ * q/k/v/o projections); for Qwen2 it is forced true and there means q/k/v only
+ * (Qwen2 has no o_proj bias: check for the tensor). qk_norm is true for Qwen3.
+ * sliding_window > 0 only when enabled: Mistral on every layer
+ * (max_window_layers 0), Qwen2/3 on layers >= max_window_layers.
+ * Errors: KILN_E_INVALID (malformed/inconsistent config), KILN_E_UNSUPPORTED
+ * (architecture, rope type, quantization), KILN_E_NOT_FOUND / KILN_E_IO (files).
  */
 #ifndef KILN_WT_CONFIG_H
 #define KILN_WT_CONFIG_H

@@ -65,6 +65,7 @@ const wt_tensor *wt_st_at(const wt_st *st, int i);
 const wt_tensor *wt_st_find(const wt_st *st, const char *name); /* NULL if absent */
 const char *wt_st_meta(const wt_st *st, const char *key);       /* __metadata__ value or NULL */
 const char *wt_st_path(const wt_st *st);
+uint64_t wt_st_data_bytes(const wt_st *st); /* size of the data section (after the header) */
 size_t wt_dtype_size(wt_dtype dt);       /* bytes per element (BOOL/F8: 1) */
 const char *wt_dtype_name(wt_dtype dt);  /* "BF16" ... */
 int wt_dtype_parse(const char *s, wt_dtype *out); /* 0 on success */

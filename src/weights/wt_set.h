@@ -7,7 +7,8 @@
  *
  * Shards come from model.safetensors.index.json ("weight_map": tensor -> file)
  * when present (every named file must exist, every mapped tensor must be found
- * in its file), else from every *.safetensors file in the folder (sorted).
+ * in its file), else from the folder's model*.safetensors files, or when there
+ * are none every *.safetensors file (sorted by name).
  * A tensor name present in two shards is an error (KILN_E_CORRUPT).
  * File names from the index are plain names inside the folder: a name with '/'
  * or ".." is refused (never read outside the snapshot).
@@ -28,5 +29,8 @@ const wt_tensor *wt_set_at(const wt_set *ws, int i);
 uint64_t wt_set_bytes(const wt_set *ws); /* sum of tensor bytes (what is mapped) */
 /* Which file a tensor came from (for messages). */
 const char *wt_set_file_of(const wt_set *ws, const wt_tensor *t);
+const char *wt_set_dir(const wt_set *ws);            /* the folder as given to wt_set_open */
+int wt_set_file_count(const wt_set *ws);             /* shards opened */
+const wt_st *wt_set_file_at(const wt_set *ws, int i); /* BORROWED; NULL if out of range */
 
 #endif

@@ -1,0 +1,178 @@
+/*
+ * bench_matmul.c — matmul throughput per format on Llama-3.2-1B shapes, plus a
+ * streaming-read memory bandwidth probe. Prints one key=value line per
+ * configuration; never passes or fails on time.
+ *
+ *   bench_matmul [--quick] [--isa ref|avx2|auto] [--threads N] [--fmt NAME]
+ *   bench=membw threads=2 gib=1 gbps=...
+ *   bench=matmul isa=avx2 fmt=q4 bits=4 group=64 m=2048 k=2048 n=1 gbps=... gflops=... roofline=...
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kn_cpu.h"
+#include "kernels/kn_mat.h"
+#include "kernels/kn_pool.h"
+#include "util/half.h"
+#include "util/plat.h"
+
+typedef struct {
+    const uint64_t *buf;
+    uint64_t sum[8][8]; /* per tid, padded to a cache line */
+} bw_ctx;
+
+static void bw_fn(void *vctx, int64_t b, int64_t e, int tid)
+{
+    bw_ctx *c = vctx;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = b * 512; i < e * 512; i += 4) {
+        s0 += c->buf[i];
+        s1 += c->buf[i + 1];
+        s2 += c->buf[i + 2];
+        s3 += c->buf[i + 3];
+    }
+    c->sum[tid][0] += s0 + s1 + s2 + s3;
+}
+
+/* Streaming read of `bytes` with the pool's threads; best of `reps`. */
+static double membw(kn_pool *pool, size_t bytes, int reps)
+{
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0;
+    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i;
+    bw_ctx c;
+    memset(&c, 0, sizeof c);
+    c.buf = buf;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = plat_now();
+        kn_pool_for(pool, (int64_t)(bytes / 4096), 64, bw_fn, &c);
+        double dt = plat_now() - t0;
+        double gbps = (double)bytes / dt / 1e9;
+        if (gbps > best) best = gbps;
+    }
+    if (c.sum[0][0] == 42) fprintf(stderr, "#");
+    free(buf);
+    return best;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+typedef struct {
+    const char *name;
+    kn_fmt fmt;
+    int bits;
+} fmt_case;
+
+static void fill_mat(kn_mat *m, void **w, void **s, void **b)
+{
+    uint64_t bytes = kn_mat_bytes(m);
+    *w = malloc(bytes);
+    uint32_t *u = *w;
+    for (uint64_t i = 0; i < bytes / 4; i++) u[i] = rnd32() & 0x3f7f3f7fu; /* finite halves */
+    *s = *b = NULL;
+    if (m->fmt == KN_QAFFINE) {
+        uint64_t ng = (uint64_t)m->rows * (uint64_t)(m->cols / m->group);
+        uint16_t *ss = malloc(ng * 2), *bb = malloc(ng * 2);
+        for (uint64_t i = 0; i < ng; i++) {
+            ss[i] = kiln_f32_to_bf16(-0.01f);
+            bb[i] = kiln_f32_to_bf16(0.1f);
+        }
+        *s = ss;
+        *b = bb;
+        m->scales = ss;
+        m->biases = bb;
+        m->sfmt = KN_BF16;
+    }
+    m->w = *w;
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, threads = 2;
+    const char *isa = "auto", *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa = argv[++i];
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--fmt") == 0 && i + 1 < argc) only = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--isa ref|avx2|auto] [--threads N] [--fmt NAME]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    kiln_err err;
+    if (kn_init(isa, &err) != KILN_OK) {
+        fprintf(stderr, "bench_matmul: %s\n", err.msg);
+        return 1;
+    }
+    kn_pool *pool;
+    if (kn_pool_create(threads, &pool, &err) != KILN_OK) {
+        fprintf(stderr, "bench_matmul: %s\n", err.msg);
+        return 1;
+    }
+    size_t bw_bytes = quick ? ((size_t)64 << 20) : ((size_t)1 << 30);
+    double bw = membw(pool, bw_bytes, quick ? 2 : 5);
+    printf("bench=membw threads=%d gib=%.3f gbps=%.2f\n", threads, (double)bw_bytes / (1 << 30), bw);
+    fflush(stdout);
+
+    static const fmt_case fmts[] = {{"f32", KN_F32, 0},     {"bf16", KN_BF16, 0}, {"f16", KN_F16, 0},
+                                    {"q8", KN_QAFFINE, 8},  {"q6", KN_QAFFINE, 6}, {"q5", KN_QAFFINE, 5},
+                                    {"q4", KN_QAFFINE, 4},  {"q3", KN_QAFFINE, 3}, {"q2", KN_QAFFINE, 2}};
+    static const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
+    static const int64_t ns[] = {1, 64};
+    int n_shapes = quick ? 1 : 4;
+    for (size_t f = 0; f < sizeof fmts / sizeof *fmts; f++) {
+        if (only && strcmp(only, fmts[f].name) != 0) continue;
+        for (int si = 0; si < n_shapes; si++) {
+            kn_mat m = {.fmt = fmts[f].fmt, .rows = shapes[si][0], .cols = shapes[si][1],
+                        .bits = fmts[f].bits, .group = 64};
+            if (quick) m.rows = 256;
+            if (m.fmt == KN_F32 && m.rows > 100000) continue; /* 1 GiB: skip */
+            void *w, *s, *b;
+            fill_mat(&m, &w, &s, &b);
+            for (size_t ni = 0; ni < 2; ni++) {
+                int64_t n = ns[ni];
+                if (quick && n > 8) n = 8;
+                float *x = malloc((size_t)(n * m.cols) * 4), *y = malloc((size_t)(n * m.rows) * 4);
+                for (int64_t i = 0; i < n * m.cols; i++) x[i] = (float)(rnd32() % 1000) * 1e-3f - 0.5f;
+                kn_matmul(pool, &m, x, n, y); /* warm */
+                double min_s = quick ? 0.02 : (n == 1 ? 0.5 : 1.0), best = 1e30, total = 0;
+                int reps = 0;
+                while (total < min_s || reps < 3) {
+                    double t0 = plat_now();
+                    kn_matmul(pool, &m, x, n, y);
+                    double dt = plat_now() - t0;
+                    total += dt;
+                    reps++;
+                    if (dt < best) best = dt;
+                }
+                double bytes = (double)kn_mat_bytes(&m);
+                double gbps = bytes / best / 1e9, gflops = 2.0 * m.rows * m.cols * n / best / 1e9;
+                printf("bench=matmul isa=%s fmt=%s bits=%d group=%d m=%lld k=%lld n=%lld ms=%.3f "
+                       "gbps=%.2f gflops=%.2f roofline=%.2f\n",
+                       kn_isa_name(), fmts[f].name, m.bits, m.fmt == KN_QAFFINE ? m.group : 0,
+                       (long long)m.rows, (long long)m.cols, (long long)n, best * 1e3, gbps, gflops,
+                       bw > 0 ? gbps / bw : 0);
+                fflush(stdout);
+                free(x);
+                free(y);
+            }
+            free(w);
+            free(s);
+            free(b);
+        }
+    }
+    kn_pool_destroy(pool);
+    return 0;
+}

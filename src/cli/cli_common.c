@@ -1,0 +1,54 @@
+/*
+ * cli_common.c — helpers shared by the verbs.
+ */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int cli_parse_ids(const char *verb, const char *s, int32_t **out, int32_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 16, len = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return 2;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "kiln %s: bad token id list '%s'\n", verb, s);
+            free(ids);
+            return 2;
+        }
+        if (len == cap) {
+            cap *= 2;
+            int32_t *ni = realloc(ids, cap * sizeof *ids);
+            if (!ni) {
+                free(ids);
+                return 2;
+            }
+            ids = ni;
+        }
+        ids[len++] = (int32_t)v;
+        p = end;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    if (len == 0) {
+        fprintf(stderr, "kiln %s: empty token id list\n", verb);
+        free(ids);
+        return 2;
+    }
+    *out = ids;
+    *n = (int32_t)len;
+    return 0;
+}
+
+int cli_fail(const char *verb, const kiln_err *err)
+{
+    fprintf(stderr, "kiln %s: %s\n", verb, err->msg);
+    return 1;
+}

@@ -1,0 +1,264 @@
+/*
+ * cli_model.c — verbs that run a model: generate, logits, bench, info.
+ */
+#include "cli/cli.h"
+#include "cli/cli_args.h"
+#include "engine/eng_runtime.h"
+#include "kernels/kn_cpu.h"
+#include "util/plat.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RUNTIME_FLAGS(o, threads, ctx)                                                             \
+    {"threads", CLI_INT, &threads, "N", "compute threads (default: all CPUs)", 0},                 \
+        {"ctx", CLI_INT, &ctx, "N", "context length in tokens (default: min(model, 4096))", 0}
+
+static eng_runtime_opts runtime_opts(int64_t threads, int64_t ctx, int32_t max_seqs)
+{
+    eng_runtime_opts o = eng_runtime_opts_default();
+    o.n_threads = (int)threads;
+    o.ctx = (int32_t)ctx;
+    o.max_seqs = max_seqs;
+    o.isa = getenv("KILN_ISA");
+    return o;
+}
+
+/* ---------------------------------------------------------------- generate */
+
+typedef struct {
+    int ids;
+    int first;
+} gen_print;
+
+static int print_token(void *user, int32_t tok, const eng_sample_out *so)
+{
+    gen_print *g = user;
+    printf(g->first ? "%d" : ",%d", (int)tok);
+    g->first = 0;
+    fflush(stdout);
+    return 0;
+}
+
+int cli_generate(int argc, char **argv)
+{
+    const char *model = NULL, *tokens = NULL, *prompt = NULL;
+    int64_t max_tokens = 64, top_k = 0, seed = 0, threads = 0, ctx = 0;
+    double temp = 0.0, top_p = 1.0, min_p = 0.0, rep = 1.0;
+    int ids = 0, ignore_eos = 0;
+    cli_flag flags[] = {
+        {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
+        {"prompt", CLI_STR, &prompt, "TEXT", "prompt text (tokenized with the model's tokenizer)", 0},
+        {"tokens", CLI_STR, &tokens, "IDS", "prompt as token ids, e.g. 1,2,3", 0},
+        {"max-tokens", CLI_INT, &max_tokens, "N", "tokens to generate (default 64)", 0},
+        {"temperature", CLI_FLOAT, &temp, "T", "sampling temperature; 0 = greedy (default 0)", 0},
+        {"top-p", CLI_FLOAT, &top_p, "P", "nucleus sampling mass (default 1)", 0},
+        {"top-k", CLI_INT, &top_k, "K", "keep the K most likely tokens; 0 = off", 0},
+        {"min-p", CLI_FLOAT, &min_p, "M", "drop tokens below M x the top probability", 0},
+        {"repetition-penalty", CLI_FLOAT, &rep, "R", "penalty on recent tokens (1 = off)", 0},
+        {"seed", CLI_INT, &seed, "S", "random seed (same seed, same tokens)", 0},
+        {"ids", CLI_BOOL, &ids, NULL, "print token ids instead of text", 0},
+        {"ignore-eos", CLI_BOOL, &ignore_eos, NULL, "do not stop at an EOS token", 0},
+        RUNTIME_FLAGS(o, threads, ctx),
+        {0},
+    };
+    int pr = cli_parse("generate", "Generate a continuation of a prompt.", flags, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!model || (!tokens && !prompt)) {
+        fprintf(stderr, "kiln generate: --model and --prompt or --tokens are required\n");
+        return 2;
+    }
+    if (prompt && !tokens) {
+        fprintf(stderr, "kiln generate: text prompts need the tokenizer; use --tokens\n");
+        return 2;
+    }
+    int32_t *ids_in, n_in;
+    if (cli_parse_ids("generate", tokens, &ids_in, &n_in)) return 2;
+    kiln_err err;
+    eng_runtime_opts o = runtime_opts(threads, ctx, 1);
+    eng_runtime *rt;
+    if (eng_runtime_open(model, &o, &rt, &err)) {
+        free(ids_in);
+        return cli_fail("generate", &err);
+    }
+    eng_sampling sp = eng_sampling_default();
+    sp.temperature = (float)temp;
+    sp.top_p = (float)top_p;
+    sp.top_k = (int32_t)top_k;
+    sp.min_p = (float)min_p;
+    sp.repetition_penalty = (float)rep;
+    sp.seed = (uint64_t)seed;
+    gen_print g = {.ids = ids, .first = 1};
+    eng_gen_result res;
+    kiln_code rc = eng_generate(rt, ids_in, n_in, &sp, (int32_t)max_tokens, ignore_eos,
+                                print_token, &g, &res, &err);
+    printf("\n");
+    free(ids_in);
+    eng_runtime_close(rt);
+    return rc ? cli_fail("generate", &err) : 0;
+}
+
+/* ---------------------------------------------------------------- logits */
+
+int cli_logits(int argc, char **argv)
+{
+    const char *model = NULL, *tokens = NULL, *outp = NULL;
+    int all = 0;
+    int64_t threads = 0, ctx = 0, chunk = 0;
+    cli_flag flags[] = {
+        {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
+        {"tokens", CLI_STR, &tokens, "IDS", "token ids, e.g. 1,2,3 (required)", 0},
+        {"all", CLI_BOOL, &all, NULL, "write every position's logits [n_tokens x vocab]", 0},
+        {"out", CLI_STR, &outp, "FILE", "output file: raw little-endian float32 (required)", 0},
+        {"chunk", CLI_INT, &chunk, "N", "prefill chunk size in tokens (default 512)", 0},
+        RUNTIME_FLAGS(o, threads, ctx),
+        {0},
+    };
+    int pr = cli_parse("logits", "Write the logits of a token sequence as raw float32.", flags,
+                       argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!model || !tokens || !outp) {
+        fprintf(stderr, "kiln logits: --model, --tokens and --out are required\n");
+        return 2;
+    }
+    int32_t *ids, n;
+    if (cli_parse_ids("logits", tokens, &ids, &n)) return 2;
+    kiln_err err;
+    eng_runtime_opts o = runtime_opts(threads, ctx, 1);
+    if (chunk > 0) o.max_step_tokens = (int32_t)chunk;
+    if (o.ctx <= 0 || o.ctx < n) o.ctx = n > 4096 ? n : 0;
+    eng_runtime *rt = NULL;
+    eng_seq *s = NULL;
+    float *rows = NULL;
+    int ret = 0;
+    if (eng_runtime_open(model, &o, &rt, &err) || eng_seq_create(ids, n, &s, &err)) {
+        ret = cli_fail("logits", &err);
+        goto done;
+    }
+    int64_t vocab = mdl_vocab(rt->model);
+    rows = malloc(sizeof(float) * (size_t)vocab * (size_t)n);
+    if (!rows) {
+        fprintf(stderr, "kiln logits: out of memory\n");
+        ret = 1;
+        goto done;
+    }
+    if (eng_prefill(rt, s, 1, rows, &err)) {
+        ret = cli_fail("logits", &err);
+        goto done;
+    }
+    FILE *f = fopen(outp, "wb");
+    const float *from = all ? rows : rows + (size_t)(n - 1) * (size_t)vocab;
+    size_t count = (size_t)vocab * (all ? (size_t)n : 1);
+    if (!f || fwrite(from, sizeof(float), count, f) != count || fclose(f) != 0) {
+        fprintf(stderr, "kiln logits: cannot write %s\n", outp);
+        ret = 1;
+    }
+done:
+    free(rows);
+    free(ids);
+    if (rt) eng_seq_free(s, rt->kv);
+    eng_runtime_close(rt);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- bench */
+
+int cli_bench(int argc, char **argv)
+{
+    const char *model = NULL;
+    int64_t pp = 512, tg = 128, threads = 0, ctx = 0;
+    int json = 0;
+    cli_flag flags[] = {
+        {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
+        {"prompt-tokens", CLI_INT, &pp, "N", "prefill length (default 512)", 0},
+        {"gen-tokens", CLI_INT, &tg, "N", "decode length (default 128)", 0},
+        {"json", CLI_BOOL, &json, NULL, "print one JSON object", 0},
+        RUNTIME_FLAGS(o, threads, ctx),
+        {0},
+    };
+    int pr = cli_parse("bench", "Measure prefill and decode speed.", flags, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!model || pp < 1 || tg < 1) {
+        fprintf(stderr, "kiln bench: --model is required; lengths must be >= 1\n");
+        return 2;
+    }
+    kiln_err err;
+    eng_runtime_opts o = runtime_opts(threads, ctx ? ctx : pp + tg + 1, 1);
+    eng_runtime *rt;
+    if (eng_runtime_open(model, &o, &rt, &err)) return cli_fail("bench", &err);
+    int64_t vocab = mdl_vocab(rt->model);
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)pp);
+    if (!prompt) return 1;
+    uint64_t x = 12345; /* deterministic pseudo-random prompt, no prefix-cache hits */
+    for (int64_t i = 0; i < pp; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)((x >> 33) % (uint64_t)vocab);
+    }
+    eng_sampling sp = eng_sampling_default();
+    eng_gen_result res;
+    kiln_code rc = eng_generate(rt, prompt, (int32_t)pp, &sp, (int32_t)tg, 1, NULL, NULL, &res, &err);
+    free(prompt);
+    if (rc) {
+        eng_runtime_close(rt);
+        return cli_fail("bench", &err);
+    }
+    double pf = (double)pp / res.prefill_s;
+    double dec = res.n_generated > 1 ? (double)(res.n_generated - 1) / res.decode_s : 0.0;
+    mdl_info info = mdl_get_info(rt->model);
+    uint64_t rss = plat_peak_rss_bytes();
+    if (json)
+        printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"load_s\": %.3f, "
+               "\"rss_bytes\": %" PRIu64 ", \"weights_bytes\": %" PRIu64 ", \"threads\": %d, "
+               "\"isa\": \"%s\", \"prompt_tokens\": %" PRId64 ", \"gen_tokens\": %d, "
+               "\"quant\": \"%s\"}\n",
+               pf, dec, rt->load_s, rss, info.weights_bytes, rt->o.n_threads, kn_isa_name(), pp,
+               res.n_generated, info.quant_desc);
+    else
+        printf("model=%s quant=\"%s\" threads=%d isa=%s\nprefill: %" PRId64 " tokens %.3f s "
+               "%.2f tok/s\ndecode:  %d tokens %.3f s %.2f tok/s\nload %.3f s, peak RSS %.1f MiB, "
+               "weights %.1f MiB\n",
+               model, info.quant_desc, rt->o.n_threads, kn_isa_name(), pp, res.prefill_s, pf,
+               res.n_generated, res.decode_s, dec, rt->load_s, (double)rss / 1048576.0,
+               (double)info.weights_bytes / 1048576.0);
+    eng_runtime_close(rt);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- info */
+
+int cli_info(int argc, char **argv)
+{
+    const char *model = NULL;
+    cli_flag flags[] = {
+        {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
+        {0},
+    };
+    int pr = cli_parse("info", "Describe a model snapshot.", flags, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!model) {
+        fprintf(stderr, "kiln info: --model is required\n");
+        return 2;
+    }
+    kiln_err err;
+    mdl_model *m;
+    if (mdl_load(model, &m, &err)) return cli_fail("info", &err);
+    const wt_config *c = mdl_config(m);
+    mdl_info in = mdl_get_info(m);
+    printf("architecture:   %s (%s)\n", c->architecture, wt_arch_name(c->arch));
+    printf("parameters:     %" PRIu64 " (%.3f B)\n", in.n_params, (double)in.n_params / 1e9);
+    printf("weights:        %s, %" PRIu64 " bytes (%.1f MiB)\n", in.quant_desc, in.weights_bytes,
+           (double)in.weights_bytes / 1048576.0);
+    printf("layers:         %" PRId64 ", hidden %" PRId64 ", ffn %" PRId64 "\n", c->n_layers,
+           c->hidden, c->intermediate);
+    printf("heads:          %" PRId64 " query / %" PRId64 " kv, head_dim %" PRId64 "\n", c->n_heads,
+           c->n_kv_heads, c->head_dim);
+    printf("vocab:          %" PRId64 ", tied embeddings: %s\n", c->vocab,
+           c->tie_word_embeddings ? "yes" : "no");
+    printf("context:        %" PRId64 " (max_position_embeddings), rope_theta %g\n", c->max_pos,
+           c->rope_theta);
+    printf("kv per token:   %" PRIu64 " bytes (f32, all layers)\n", in.kv_bytes_per_token);
+    mdl_free(m);
+    return 0;
+}

@@ -1,0 +1,149 @@
+/*
+ * eng_runtime.c — opening a model for execution; single-sequence prefill and
+ * generation through the batched step (the scheduler batches many).
+ */
+#include "engine/eng_runtime.h"
+#include "kernels/kn_cpu.h"
+#include "util/kiln_log.h"
+#include "util/plat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+eng_runtime_opts eng_runtime_opts_default(void)
+{
+    eng_runtime_opts o = {
+        .n_threads = 0,
+        .ctx = 0,
+        .block_tokens = 16,
+        .max_seqs = 8,
+        .max_step_tokens = 512,
+        .n_blocks = 0,
+        .isa = NULL,
+    };
+    return o;
+}
+
+void eng_runtime_close(eng_runtime *rt)
+{
+    if (!rt) return;
+    mdl_ctx_free(rt->cx);
+    kv_pool_destroy(rt->kv);
+    kn_pool_destroy(rt->pool);
+    mdl_free(rt->model);
+    free(rt->logits);
+    free(rt->sample_scratch);
+    free(rt);
+}
+
+kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runtime **out,
+                           kiln_err *err)
+{
+    *out = NULL;
+    kiln_code rc = kn_init(o->isa, err);
+    if (rc) return rc;
+    eng_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) return kiln_fail(err, KILN_E_NOMEM, "runtime: out of memory");
+    rt->o = *o;
+    double t0 = plat_now();
+    if ((rc = mdl_load(dir, &rt->model, err))) goto fail;
+    const wt_config *c = mdl_config(rt->model);
+    if (rt->o.n_threads <= 0) rt->o.n_threads = plat_cpu_count();
+    if (rt->o.block_tokens <= 0) rt->o.block_tokens = 16;
+    if (rt->o.max_seqs <= 0) rt->o.max_seqs = 1;
+    if (rt->o.max_step_tokens <= 0) rt->o.max_step_tokens = 512;
+    if (rt->o.ctx <= 0) rt->o.ctx = c->max_pos > 0 && c->max_pos < 4096 ? (int32_t)c->max_pos : 4096;
+    if (rt->o.n_blocks <= 0) {
+        int64_t per_seq = (rt->o.ctx + rt->o.block_tokens - 1) / rt->o.block_tokens + 1;
+        rt->o.n_blocks = (int32_t)(per_seq * rt->o.max_seqs);
+    }
+    if ((rc = kn_pool_create(rt->o.n_threads, &rt->pool, err))) goto fail;
+    kv_pool_config kc = mdl_kv_shape(rt->model, rt->o.n_blocks, rt->o.block_tokens);
+    if ((rc = kv_pool_create(&kc, &rt->kv, err))) goto fail;
+    if ((rc = mdl_ctx_create(rt->model, rt->pool, rt->o.max_step_tokens, rt->o.max_seqs,
+                             rt->o.ctx, &rt->cx, err)))
+        goto fail;
+    int64_t vocab = mdl_vocab(rt->model);
+    rt->logits = malloc(sizeof(float) * (size_t)vocab * (size_t)rt->o.max_step_tokens);
+    rt->sample_scratch = malloc(eng_sample_scratch_bytes(vocab));
+    if (!rt->logits || !rt->sample_scratch) {
+        rc = kiln_fail(err, KILN_E_NOMEM, "runtime: cannot allocate logits");
+        goto fail;
+    }
+    rt->ns = mdl_fingerprint(rt->model) ^ 0x6b76663332ull; /* "kvf32": the KV format */
+    rt->load_s = plat_now() - t0;
+    KLOG_INFO("engine", "loaded model=%s arch=%s threads=%d isa=%s ctx=%d kv_blocks=%d",
+              dir, c->architecture, rt->o.n_threads, kn_isa_name(), (int)rt->o.ctx,
+              (int)rt->o.n_blocks);
+    *out = rt;
+    return KILN_OK;
+fail:
+    eng_runtime_close(rt);
+    return rc;
+}
+
+kiln_code eng_prefill(eng_runtime *rt, eng_seq *s, int all_logits, float *out_rows,
+                      kiln_err *err)
+{
+    int64_t vocab = mdl_vocab(rt->model);
+    while (eng_seq_pending(s) > 0) {
+        eng_step_item it = {.seq = s, .max_tokens = rt->o.max_step_tokens,
+                            .all_logits = all_logits};
+        kiln_code rc = eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns, rt->logits, err);
+        if (rc) return rc;
+        if (all_logits) {
+            memcpy(out_rows, rt->logits, sizeof(float) * (size_t)vocab * (size_t)it.n_logits);
+            out_rows += (size_t)vocab * (size_t)it.n_logits;
+        }
+    }
+    return KILN_OK;
+}
+
+static int is_eos(const wt_config *c, int32_t tok)
+{
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == tok) return 1;
+    return 0;
+}
+
+kiln_code eng_generate(eng_runtime *rt, const int32_t *prompt, int32_t n_prompt,
+                       const eng_sampling *sp, int32_t max_tokens, int ignore_eos,
+                       eng_token_fn on_token, void *user, eng_gen_result *res, kiln_err *err)
+{
+    memset(res, 0, sizeof *res);
+    int64_t vocab = mdl_vocab(rt->model);
+    kiln_code rc = eng_sampling_validate(sp, vocab, err);
+    if (rc) return rc;
+    if (n_prompt + max_tokens > rt->o.ctx)
+        return kiln_fail(err, KILN_E_INVALID,
+                         "prompt (%d tokens) + max_tokens (%d) exceeds the context (%d)",
+                         (int)n_prompt, (int)max_tokens, (int)rt->o.ctx);
+    eng_seq *s;
+    if ((rc = eng_seq_create(prompt, n_prompt, &s, err))) return rc;
+    res->n_prompt = n_prompt;
+    res->n_prefix_hit = eng_seq_attach_prefix(s, rt->kv, rt->ns);
+    eng_rng rng;
+    eng_rng_seed(&rng, sp->seed);
+    double t0 = plat_now();
+    rc = eng_prefill(rt, s, 0, NULL, err);
+    res->prefill_s = plat_now() - t0;
+    t0 = plat_now();
+    while (!rc && res->n_generated < max_tokens) {
+        eng_sample_out so;
+        int32_t tok = eng_sample_row(sp, rt->logits, vocab, s->tokens, s->n_tokens, &rng,
+                                     rt->sample_scratch, &so);
+        res->n_generated++;
+        int stop = on_token ? on_token(user, tok, &so) : 0;
+        if (!ignore_eos && is_eos(mdl_config(rt->model), tok)) {
+            res->stopped_eos = 1;
+            break;
+        }
+        if (stop || res->n_generated >= max_tokens) break;
+        if ((rc = eng_seq_append(s, tok, err))) break;
+        eng_step_item it = {.seq = s, .max_tokens = 1};
+        rc = eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns, rt->logits, err);
+    }
+    res->decode_s = plat_now() - t0;
+    eng_seq_free(s, rt->kv);
+    return rc;
+}

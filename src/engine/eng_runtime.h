@@ -1,0 +1,69 @@
+/*
+ * eng_runtime.h — a loaded model with everything needed to run it: kernels,
+ * compute pool, KV pool and step context. The CLI verbs and the server's
+ * engine thread both start from one.
+ *
+ *   eng_runtime_opts o = eng_runtime_opts_default();  o.n_threads = 2;
+ *   eng_runtime *rt;  eng_runtime_open("/models/x", &o, &rt, &err);
+ *   eng_generate(rt, prompt, n, &sampling, 64, on_token, user, &res, &err);
+ *   eng_runtime_close(rt);
+ */
+#ifndef KILN_ENG_RUNTIME_H
+#define KILN_ENG_RUNTIME_H
+
+#include <stdint.h>
+
+#include "engine/eng_sample.h"
+#include "engine/eng_seq.h"
+#include "kernels/kn_pool.h"
+#include "kv/kv_pool.h"
+#include "model/mdl_model.h"
+
+typedef struct {
+    int n_threads;           /* compute threads incl. the caller; 0 = all CPUs */
+    int32_t ctx;             /* max positions per sequence; 0 = min(model max, 4096) */
+    int32_t block_tokens;    /* KV block size (tokens) */
+    int32_t max_seqs;        /* sequences per step */
+    int32_t max_step_tokens; /* tokens per step (prefill chunk) */
+    int32_t n_blocks;        /* KV pool size; 0 = enough for max_seqs x ctx */
+    const char *isa;         /* kernel variant: NULL/"auto", "ref", "avx2", ... */
+} eng_runtime_opts;
+
+typedef struct {
+    mdl_model *model; /* OWNED */
+    kn_pool *pool;    /* OWNED */
+    kv_pool *kv;      /* OWNED */
+    mdl_ctx *cx;      /* OWNED */
+    uint64_t ns;      /* prefix-cache namespace: model fingerprint + KV format */
+    eng_runtime_opts o;
+    double load_s;
+    float *logits;    /* OWNED [max_step_tokens, vocab] step output */
+    void *sample_scratch; /* OWNED eng_sample_scratch_bytes(vocab) */
+} eng_runtime;
+
+typedef struct {
+    int32_t n_prompt, n_generated, n_prefix_hit;
+    double prefill_s, decode_s; /* wall time of the prefill and of the decode steps */
+    int stopped_eos;            /* 1 when an EOS id ended it */
+} eng_gen_result;
+
+/* Called once per generated token; return non-zero to stop. */
+typedef int (*eng_token_fn)(void *user, int32_t token, const eng_sample_out *so);
+
+/* API */
+eng_runtime_opts eng_runtime_opts_default(void);
+kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runtime **out,
+                           kiln_err *err);
+void eng_runtime_close(eng_runtime *rt);
+/* Runs all pending tokens of s in chunks; with all_logits the rows for every
+ * token go to out_rows (caller buffer [pending, vocab]), else the last row
+ * goes to rt->logits[0]. */
+kiln_code eng_prefill(eng_runtime *rt, eng_seq *s, int all_logits, float *out_rows,
+                      kiln_err *err);
+/* Single-sequence generation (prefix cache used): prompt → up to max_tokens
+ * tokens; stops at an EOS id of the config unless ignore_eos. */
+kiln_code eng_generate(eng_runtime *rt, const int32_t *prompt, int32_t n_prompt,
+                       const eng_sampling *sp, int32_t max_tokens, int ignore_eos,
+                       eng_token_fn on_token, void *user, eng_gen_result *res, kiln_err *err);
+
+#endif

@@ -1,0 +1,176 @@
+/*
+ * eng_seq.c — sequences over the paged KV pool, and the batched step.
+ * Threads: engine thread only.
+ */
+#include "engine/eng_seq.h"
+#include "util/kiln_assert.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kiln_code eng_seq_create(const int32_t *prompt, int32_t n, eng_seq **out, kiln_err *err)
+{
+    *out = NULL;
+    if (n < 1) return kiln_fail(err, KILN_E_INVALID, "a sequence needs at least one token");
+    eng_seq *s = calloc(1, sizeof *s);
+    if (!s) return kiln_fail(err, KILN_E_NOMEM, "sequence: out of memory");
+    s->cap = n + 64;
+    s->tokens = malloc(sizeof(int32_t) * (size_t)s->cap);
+    if (!s->tokens) {
+        free(s);
+        return kiln_fail(err, KILN_E_NOMEM, "sequence: out of memory");
+    }
+    memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n);
+    s->n_tokens = n;
+    *out = s;
+    return KILN_OK;
+}
+
+void eng_seq_free(eng_seq *s, kv_pool *kv)
+{
+    if (!s) return;
+    for (int32_t i = 0; i < s->n_blocks; i++) kv_pool_release(kv, s->blocks[i]);
+    free(s->blocks);
+    free(s->hashes);
+    free(s->tokens);
+    free(s);
+}
+
+kiln_code eng_seq_append(eng_seq *s, int32_t tok, kiln_err *err)
+{
+    if (s->n_tokens == s->cap) {
+        int32_t nc = s->cap * 2;
+        int32_t *t = realloc(s->tokens, sizeof(int32_t) * (size_t)nc);
+        if (!t) return kiln_fail(err, KILN_E_NOMEM, "sequence: out of memory");
+        s->tokens = t;
+        s->cap = nc;
+    }
+    s->tokens[s->n_tokens++] = tok;
+    return KILN_OK;
+}
+
+static kiln_code grow_blocks(eng_seq *s, int32_t need, kiln_err *err)
+{
+    if (need <= s->cap_blocks) return KILN_OK;
+    int32_t nc = s->cap_blocks ? s->cap_blocks : 8;
+    while (nc < need) nc *= 2;
+    kv_block_id *b = realloc(s->blocks, sizeof *b * (size_t)nc);
+    if (!b) return kiln_fail(err, KILN_E_NOMEM, "sequence: out of memory");
+    s->blocks = b;
+    uint64_t *h = realloc(s->hashes, sizeof *h * (size_t)nc);
+    if (!h) return kiln_fail(err, KILN_E_NOMEM, "sequence: out of memory");
+    s->hashes = h;
+    s->cap_blocks = nc;
+    return KILN_OK;
+}
+
+int32_t eng_seq_attach_prefix(eng_seq *s, kv_pool *kv, uint64_t ns)
+{
+    if (s->n_cached != 0 || s->n_blocks != 0) return 0;
+    int32_t bt = kv_pool_cfg(kv)->block_tokens;
+    int32_t max_full = (s->n_tokens - 1) / bt; /* keep >= 1 token pending */
+    if (grow_blocks(s, max_full, NULL) != KILN_OK) return 0;
+    uint64_t parent = 0;
+    for (int32_t i = 0; i < max_full; i++) {
+        uint64_t h = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
+        kv_block_id b = kv_pool_lookup(kv, h);
+        if (b < 0) break;
+        s->blocks[s->n_blocks] = b;
+        s->hashes[s->n_blocks] = h;
+        s->n_blocks++;
+        s->n_published = s->n_blocks;
+        parent = h;
+    }
+    s->n_cached = s->n_blocks * bt;
+    s->n_prefix_hit = s->n_cached;
+    return s->n_cached;
+}
+
+kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err *err)
+{
+    int32_t bt = kv_pool_cfg(kv)->block_tokens;
+    int32_t need = (n_positions + bt - 1) / bt;
+    kiln_code rc = grow_blocks(s, need, err);
+    if (rc) return rc;
+    while (s->n_blocks < need) {
+        kv_block_id b;
+        if ((rc = kv_pool_alloc(kv, &b, err))) return rc;
+        s->blocks[s->n_blocks++] = b;
+    }
+    return KILN_OK;
+}
+
+void eng_seq_drop_kv(eng_seq *s, kv_pool *kv)
+{
+    while (s->n_blocks > 0) kv_pool_release(kv, s->blocks[--s->n_blocks]);
+    s->n_cached = 0;
+    s->n_published = 0;
+}
+
+void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
+{
+    if (n < 0) n = 0;
+    if (n >= s->n_tokens) return;
+    s->n_tokens = n;
+    if (n >= s->n_cached) return;
+    int32_t bt = kv_pool_cfg(kv)->block_tokens;
+    s->n_cached = n;
+    int32_t keep = (n + bt - 1) / bt;
+    while (s->n_blocks > keep) kv_pool_release(kv, s->blocks[--s->n_blocks]);
+    if (n % bt != 0 && keep - 1 < s->n_published) {
+        /* the kept partial block is published (maybe shared): never rewrite it;
+         * give it up and recompute from its start */
+        kv_pool_release(kv, s->blocks[--s->n_blocks]);
+        s->n_cached = (keep - 1) * bt;
+    }
+    if (s->n_published > s->n_cached / bt) s->n_published = s->n_cached / bt;
+}
+
+/* Publishes the sequence's newly full blocks under its hash chain. */
+static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
+{
+    int32_t bt = kv_pool_cfg(kv)->block_tokens;
+    while (s->n_published < s->n_cached / bt) {
+        int32_t i = s->n_published;
+        uint64_t parent = i ? s->hashes[i - 1] : 0;
+        uint64_t h = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
+        s->hashes[i] = h;
+        kv_pool_publish(kv, s->blocks[i], h);
+        s->n_published++;
+    }
+}
+
+kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n_items,
+                       uint64_t ns, float *logits, kiln_err *err)
+{
+    enum { MAX_ITEMS = 256 };
+    mdl_seq seqs[MAX_ITEMS];
+    if (n_items < 1 || n_items > MAX_ITEMS)
+        return kiln_fail(err, KILN_E_INVALID, "step: %d sequences (1..%d)", (int)n_items, MAX_ITEMS);
+    for (int32_t i = 0; i < n_items; i++) {
+        eng_step_item *it = &items[i];
+        eng_seq *s = it->seq;
+        int32_t pend = eng_seq_pending(s);
+        if (pend < 1 || it->max_tokens < 1)
+            return kiln_fail(err, KILN_E_INTERNAL, "step: sequence %d has nothing to run", (int)i);
+        int32_t n = pend < it->max_tokens ? pend : it->max_tokens;
+        kiln_code rc = eng_seq_reserve(s, kv, s->n_cached + n, err);
+        if (rc) return rc;
+        it->n_run = n;
+        it->n_logits = it->all_logits ? n : (n == pend ? 1 : 0);
+        seqs[i] = (mdl_seq){
+            .tokens = s->tokens + s->n_cached,
+            .n_tokens = n,
+            .pos0 = s->n_cached,
+            .blocks = s->blocks,
+            .n_logits = it->n_logits,
+        };
+    }
+    kiln_code rc = mdl_forward(cx, kv, seqs, n_items, logits, err);
+    if (rc) return rc;
+    for (int32_t i = 0; i < n_items; i++) {
+        items[i].seq->n_cached += items[i].n_run;
+        publish_full(items[i].seq, kv, ns);
+    }
+    return KILN_OK;
+}

@@ -1,0 +1,76 @@
+/*
+ * eng_seq.h — one sequence's token history and KV block table, and the batched
+ * step over many sequences.
+ *
+ *   eng_seq *s; eng_seq_create(prompt, n, &s, &err);
+ *   eng_seq_attach_prefix(s, kv, ns);            // share cached full blocks (zero copy)
+ *   while (eng_seq_pending(s) > 0) {             // prefill in chunks
+ *       eng_step_item it = {.seq = s, .max_tokens = 256};
+ *       eng_step_run(cx, kv, &it, 1, ns, logits, &err);
+ *   }
+ *   eng_seq_append(s, tok, &err);                // then decode: one pending token per step
+ *   eng_seq_free(s, kv);
+ *
+ * Tokens [0, n_cached) have K/V in the blocks; [n_cached, n_tokens) are
+ * pending. Blocks are published (content-addressed) as soon as they are full,
+ * so later sequences with the same prefix reuse them. A sequence only ever
+ * writes positions >= n_cached, which lie in blocks it alone holds: shared
+ * blocks are always full and before n_cached.
+ */
+#ifndef KILN_ENG_SEQ_H
+#define KILN_ENG_SEQ_H
+
+#include <stdint.h>
+
+#include "kv/kv_pool.h"
+#include "model/mdl_model.h"
+
+typedef struct {
+    int32_t *tokens; /* OWNED [cap] */
+    int32_t n_tokens, cap;
+    int32_t n_cached;      /* tokens whose K/V are in blocks */
+    int32_t n_prefix_hit;  /* tokens taken from cached blocks at attach */
+    kv_block_id *blocks;   /* OWNED [cap_blocks]; each holds one reference */
+    int32_t n_blocks, cap_blocks;
+    uint64_t *hashes;      /* OWNED [cap_blocks]: hash chain of full blocks */
+    int32_t n_published;   /* blocks [0, n_published) are full and hashed */
+} eng_seq;
+
+typedef struct {
+    eng_seq *seq;
+    int32_t max_tokens;  /* at most this many pending tokens this step (>= 1) */
+    int32_t all_logits;  /* 1: logits for every token run, else only the last (if it
+                            is the sequence's last pending token) */
+    /* OUT (set by eng_step_run) */
+    int32_t n_run;       /* tokens run */
+    int32_t n_logits;    /* rows written to logits for this item */
+} eng_step_item;
+
+/* API */
+/* Copies the prompt. *out is new: eng_seq_free. */
+kiln_code eng_seq_create(const int32_t *prompt, int32_t n, eng_seq **out, kiln_err *err);
+void eng_seq_free(eng_seq *s, kv_pool *kv); /* releases its blocks; NULL is a no-op */
+kiln_code eng_seq_append(eng_seq *s, int32_t tok, kiln_err *err);
+static inline int32_t eng_seq_pending(const eng_seq *s)
+{
+    return s->n_tokens - s->n_cached;
+}
+/* Reuses published blocks matching the start of the tokens (all but the last
+ * token stay pending so the step yields logits). Returns tokens reused. */
+int32_t eng_seq_attach_prefix(eng_seq *s, kv_pool *kv, uint64_t ns);
+/* Makes sure blocks cover positions [0, n_positions). KILN_E_BUDGET when the pool is full. */
+kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err *err);
+/* Forgets every K/V block (preemption): tokens stay, all become pending again;
+ * published blocks stay cached, so a later attach_prefix often gets them back. */
+void eng_seq_drop_kv(eng_seq *s, kv_pool *kv);
+/* Drops tokens after n (speculative rollback / retries); n >= n_cached is pure
+ * bookkeeping, n < n_cached forgets K/V past n. */
+void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n);
+
+/* One batched step: runs up to max_tokens pending tokens of every item through
+ * mdl_forward, marks them cached, publishes full blocks. logits receives the
+ * rows in item order: [Σ n_logits, vocab]. */
+kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n_items,
+                       uint64_t ns, float *logits, kiln_err *err);
+
+#endif

@@ -1,0 +1,18 @@
+/*
+ * kn_attn.c — public entry of attention over paged K/V; forwards to the variant
+ * kn_init() installed. The scratch size is shared by every variant.
+ */
+#include "kernels/kn_attn.h"
+
+#include "kernels/kn_int.h"
+
+void kn_attn_heads(const kn_attn_args *a, int32_t h0, int32_t h1, float *scratch)
+{
+    kn_get()->attn_heads(a, h0, h1, scratch);
+}
+
+int64_t kn_attn_scratch_floats(const kn_attn_args *a)
+{
+    /* scores for the longest row (pos0 + n_q keys) + one head_dim accumulator, padded */
+    return (int64_t)a->pos0 + a->n_q + a->head_dim + 16;
+}

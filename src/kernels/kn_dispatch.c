@@ -1,0 +1,77 @@
+/*
+ * kn_dispatch.c — the kernel table, the one mutable global in kiln (written only
+ * here, by kn_init(), before any thread starts; read through `kn` afterwards).
+ *
+ * Order of installation: ref (every entry valid) -> avx2 (+fma +f16c) -> ...
+ * Each ISA install overwrites only the entries it implements, so a variant can
+ * land one kernel at a time. `force` caps the level ("ref", "avx2", "avx512").
+ */
+#include <stdbool.h>
+#include <string.h>
+
+#include "kernels/kn_cpu.h"
+#include "kernels/kn_int.h"
+
+static kn_ops table;
+const kn_ops *kn = &table;
+
+static void install_ref(kn_ops *t)
+{
+    memset(t, 0, sizeof *t);
+    t->isa = "ref";
+    kn_ref_install_mat(t);
+    kn_ref_install_ops(t);
+    kn_ref_install_attn(t);
+}
+
+/* Level caps: 0 = ref, 1 = avx2, 2 = avx512. */
+static kiln_code parse_force(const char *force, const kn_cpu *cpu, int *cap, kiln_err *err)
+{
+    bool has_avx2 = cpu->avx2 && cpu->fma && cpu->f16c;
+    bool has_avx512 = has_avx2 && cpu->avx512f && cpu->avx512bw && cpu->avx512vl;
+    if (!force || !*force || strcmp(force, "auto") == 0) {
+        *cap = 2;
+        return KILN_OK;
+    }
+    if (strcmp(force, "ref") == 0) {
+        *cap = 0;
+        return KILN_OK;
+    }
+    if (strcmp(force, "avx2") == 0) {
+        *cap = 1;
+        if (!has_avx2)
+            return kiln_fail(err, KILN_E_UNSUPPORTED, "KILN_ISA=avx2: this CPU lacks AVX2/FMA/F16C");
+        return KILN_OK;
+    }
+    if (strcmp(force, "avx512") == 0) {
+        *cap = 2;
+        if (!has_avx512)
+            return kiln_fail(err, KILN_E_UNSUPPORTED, "KILN_ISA=avx512: this CPU lacks AVX-512");
+        return KILN_OK;
+    }
+    return kiln_fail(err, KILN_E_INVALID,
+                     "KILN_ISA='%s': expected auto, ref, avx2 or avx512", force);
+}
+
+kiln_code kn_init(const char *force, kiln_err *err)
+{
+    kn_cpu cpu = kn_cpu_detect();
+    int cap = 0;
+    kiln_code rc = parse_force(force, &cpu, &cap, err);
+    if (rc != KILN_OK) return rc;
+    install_ref(&table);
+#if defined(__x86_64__)
+    if (cap >= 1 && cpu.avx2 && cpu.fma && cpu.f16c) {
+        kn_avx2_install_mat(&table);
+        kn_avx2_install_ops(&table);
+        kn_avx2_install_attn(&table);
+        table.isa = "avx2";
+    }
+#endif
+    return KILN_OK;
+}
+
+const char *kn_isa_name(void)
+{
+    return table.isa ? table.isa : "uninitialized";
+}

@@ -1,0 +1,81 @@
+/*
+ * kn_int.h — the kernel table shared inside kernels/ (nothing outside includes it).
+ *
+ * kn_dispatch.c owns the one mutable global (`kn_table`), filled by kn_init():
+ * kn_ref_install() first writes every entry, then each ISA install overwrites
+ * only the entries it implements. Public wrappers (kn_mat.c, kn_ops.c,
+ * kn_attn.c) call through `kn`.
+ *
+ * Matmul kernels compute y[t][r] for every token t < n and rows r in [r0, r1)
+ * (y is the caller's full [n, rows] output). Invariant (batch invariance): the
+ * value of y[t][r] depends only on x[t], row r of W and the variant — never on
+ * n, r0, r1 or which other rows/tokens share a tile.
+ */
+#ifndef KILN_KN_INT_H
+#define KILN_KN_INT_H
+
+#include <stdint.h>
+
+#include <stddef.h>
+
+#include "kernels/kn_attn.h"
+#include "kernels/kn_cpu.h"
+#include "kernels/kn_mat.h"
+
+/* Keep a*b+c as two roundings where bit-exactness vs golden vectors matters
+ * (gcc ignores the STDC pragma; clang ignores GCC optimize). */
+#if defined(__clang__)
+#define KN_NO_CONTRACT _Pragma("STDC FP_CONTRACT OFF")
+#elif defined(__GNUC__)
+#define KN_NO_CONTRACT _Pragma("GCC optimize(\"fp-contract=off\")")
+#else
+#define KN_NO_CONTRACT
+#endif
+
+typedef void (*kn_matmul_fn)(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0,
+                             int64_t r1);
+
+typedef struct {
+    const char *isa; /* "ref", "avx2": for logs and /stats */
+    kn_matmul_fn mm_f32, mm_f16, mm_bf16;
+    kn_matmul_fn mm_q[9]; /* KN_QAFFINE by bits (2,3,4,5,6,8); other slots NULL */
+    void (*mat_row)(const kn_mat *W, int64_t r, float *out);
+    void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps,
+                    float w_offset);
+    void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
+    void (*gelu_tanh_mul)(float *out, const float *gate, const float *up, int64_t n);
+    void (*softmax)(float *x, int64_t n);
+    float (*dot)(const float *x, const float *y, int64_t n);
+    void (*axpy)(float *y, float a, const float *x, int64_t n);
+    void (*add)(float *y, const float *x, int64_t n);
+    void (*rope_neox)(float *x, int64_t rot, const float *cos_sin);
+    void (*attn_heads)(const kn_attn_args *a, int32_t h0, int32_t h1, float *scratch);
+} kn_ops;
+
+extern const kn_ops *kn; /* read-only after kn_init() */
+
+/* The table, installed with "auto" first if a caller never ran kn_init(). */
+static inline const kn_ops *kn_get(void)
+{
+    if (!kn->isa) (void)kn_init(NULL, NULL);
+    return kn;
+}
+
+/* Installers (each overwrites only what it implements). */
+void kn_ref_install_mat(kn_ops *t);
+void kn_ref_install_ops(kn_ops *t);
+void kn_ref_install_attn(kn_ops *t);
+#if defined(__x86_64__)
+void kn_avx2_install_mat(kn_ops *t);
+void kn_avx2_install_ops(kn_ops *t);
+void kn_avx2_install_attn(kn_ops *t);
+#endif
+
+/* ref helpers other variants reuse */
+/* Scale or bias number i of a row block stored in fmt (f32/f16/bf16) as f32. */
+float kn_ref_sf(const void *p, kn_fmt fmt, int64_t i);
+/* Dequantizes/converts cols [c0, c0+len) of row r: out[len]; exact (scale*q + bias
+ * with two roundings for KN_QAFFINE). */
+void kn_ref_row_chunk(const kn_mat *W, int64_t r, int64_t c0, int64_t len, float *out);
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * kn_mat_ref.c — portable matmul and row conversion for every format: the oracle.
+ *
+ * Per (t, r) the reduction is one double accumulator over columns in ascending
+ * order (rounded to f32 at the end), so it depends only on cols: batch
+ * invariant by construction. Weights are converted/dequantized one chunk (a
+ * quant group, or 128 values) at a time and reused for a tile of 4 tokens.
+ * Dequantization is scale*q + bias in f32 with two roundings (no FMA), which
+ * is what the golden vectors hold (mlx-quant-format.md §3.1).
+ */
+#include <string.h>
+
+#include "kernels/kn_int.h"
+#include "util/half.h"
+
+KN_NO_CONTRACT
+
+#define TOK_TILE 4
+#define FLOAT_CHUNK 128
+
+float kn_ref_sf(const void *p, kn_fmt fmt, int64_t i)
+{
+    switch (fmt) {
+    case KN_F16: return kiln_f16_to_f32(((const uint16_t *)p)[i]);
+    case KN_BF16: return kiln_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* Code i of a row's LSB-first bit stream (words never read past the group). */
+static inline uint32_t code_at(const uint32_t *row, int64_t i, int bits)
+{
+    uint64_t p = (uint64_t)i * (uint64_t)bits;
+    uint32_t sh = (uint32_t)(p & 31), mask = (1u << bits) - 1u;
+    uint64_t v = row[p >> 5] >> sh;
+    if (sh + (uint32_t)bits > 32) v |= (uint64_t)row[(p >> 5) + 1] << (32 - sh);
+    return (uint32_t)v & mask;
+}
+
+void kn_ref_row_chunk(const kn_mat *W, int64_t r, int64_t c0, int64_t len, float *out)
+{
+    int64_t cols = W->cols;
+    switch (W->fmt) {
+    case KN_F32: memcpy(out, (const float *)W->w + r * cols + c0, (size_t)len * 4); return;
+    case KN_F16:
+    case KN_BF16: {
+        const uint16_t *s = (const uint16_t *)W->w + r * cols + c0;
+        for (int64_t i = 0; i < len; i++) out[i] = kn_ref_sf(s, W->fmt, i);
+        return;
+    }
+    case KN_QAFFINE: {
+        const uint32_t *row = (const uint32_t *)W->w + r * (cols * W->bits / 32);
+        int64_t ng = cols / W->group;
+        for (int64_t i = 0; i < len; i++) {
+            int64_t c = c0 + i, g = c / W->group;
+            float s = kn_ref_sf(W->scales, W->sfmt, r * ng + g);
+            float b = kn_ref_sf(W->biases, W->sfmt, r * ng + g);
+            float q = (float)code_at(row, c, W->bits);
+            float sq = s * q;
+            out[i] = sq + b;
+        }
+        return;
+    }
+    }
+}
+
+static void mm_ref(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    int64_t cols = W->cols, rows = W->rows;
+    int64_t chunk = W->fmt == KN_QAFFINE ? W->group : FLOAT_CHUNK;
+    float buf[FLOAT_CHUNK];
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t t0 = 0; t0 < n; t0 += TOK_TILE) {
+            int64_t nt = n - t0 < TOK_TILE ? n - t0 : TOK_TILE;
+            double acc[TOK_TILE] = {0};
+            for (int64_t c0 = 0; c0 < cols; c0 += chunk) {
+                int64_t len = cols - c0 < chunk ? cols - c0 : chunk;
+                kn_ref_row_chunk(W, r, c0, len, buf);
+                for (int64_t t = 0; t < nt; t++) {
+                    const float *xt = x + (t0 + t) * cols + c0;
+                    double a = acc[t];
+                    for (int64_t i = 0; i < len; i++) a += (double)buf[i] * (double)xt[i];
+                    acc[t] = a;
+                }
+            }
+            for (int64_t t = 0; t < nt; t++) y[(t0 + t) * rows + r] = (float)acc[t];
+        }
+    }
+}
+
+static void mat_row_ref(const kn_mat *W, int64_t r, float *out)
+{
+    kn_ref_row_chunk(W, r, 0, W->cols, out);
+}
+
+void kn_ref_install_mat(kn_ops *t)
+{
+    t->mm_f32 = mm_ref;
+    t->mm_f16 = mm_ref;
+    t->mm_bf16 = mm_ref;
+    static const int bits[] = {2, 3, 4, 5, 6, 8};
+    for (int i = 0; i < 6; i++) t->mm_q[bits[i]] = mm_ref;
+    t->mat_row = mat_row_ref;
+}

@@ -1,0 +1,459 @@
+/*
+ * kn_mat_avx2.c — AVX2+FMA+F16C matmul for f32, f16, bf16 and MLX affine
+ * (every bit width; 4 and 8 bits have their own code decoders).
+ *
+ * Fixed reduction per (t, r) — the batch-invariance contract — whatever n,
+ * the tile or the thread split:
+ *   acc (8 lanes) = Σ over 8-wide column chunks k, ascending, of fma(w̃_k, x_k, acc)
+ *   y[t][r] = hsum8(acc) (fixed tree) + tail
+ * where for float formats w̃ is the converted weight and the tail is the
+ * cols % 8 remainder in ascending order (scalar); for affine w̃_k = q_k · scale_g
+ * (one f32 multiply; 4-bit chunk pairs are lane-permuted, see q4_pair) and the
+ * tail is the bias term Σ_g bias_g · xsum_g (xsum_g = hsum8 of the group's
+ * chunks of x, added in order; bias dot in 8-group vectors, then scalar tail).
+ * Algebraically Σ_i (s·q_i + b)·x_i, as in mlx-quant-format.md §3.1.
+ *
+ * Two drivers produce these exact values: decode (n == 1) dequantizes on the
+ * fly for 4 rows at a time; prefill (n > 1) dequantizes a 16-row × KC-column
+ * slab once into a buffer and runs a 4-row × 3-token register tile over it for
+ * a block of tokens, carrying the accumulators across slabs in memory (a
+ * store and reload changes no bits).
+ */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kn_int.h"
+#include "kernels/x86/kn_avx2_math.h"
+#include "util/kiln_assert.h"
+
+#define AI static inline __attribute__((always_inline))
+
+#define RB 16     /* prefill rows per slab */
+#define KC 128    /* prefill columns per slab: a multiple of every group size */
+#define TB_MAX 24 /* prefill tokens per block (a multiple of the tile's 3) */
+#define XSUM_MAX 8192
+
+/* ---------------------------------------------------------------- loaders */
+
+AI __m256 ld_w(const void *row, int64_t c, kn_fmt fmt)
+{
+    if (fmt == KN_F32) return _mm256_loadu_ps((const float *)row + c);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
+    if (fmt == KN_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+AI float ld_sf(const void *p, kn_fmt fmt, int64_t i)
+{
+    if (fmt == KN_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    if (fmt == KN_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    return _cvtsh_ss(h);
+}
+
+/* 8 consecutive scales/biases as f32 (full chunk) */
+AI __m256 ld_sf8(const void *p, kn_fmt fmt, int64_t i)
+{
+    return ld_w(p, i, fmt);
+}
+
+static int64_t esize(kn_fmt fmt)
+{
+    return fmt == KN_F32 ? 4 : 2;
+}
+
+/* Codes of chunk k (8 codes = `bits` bytes, starting at byte bits*k of the group). */
+AI __m256 dec8(const uint8_t *g, int64_t k, const int bits)
+{
+    if (bits == 8)
+        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + 8 * k))));
+    if (bits == 4) {
+        uint32_t w;
+        memcpy(&w, g + 4 * k, 4);
+        __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+    }
+    /* whole loads only: a partial memcpy into a wider local stalls store forwarding */
+    const uint8_t *p = g + bits * k;
+    uint64_t v;
+    if (bits == 2) {
+        uint16_t a;
+        memcpy(&a, p, 2);
+        v = a;
+    } else if (bits == 3) {
+        uint16_t a;
+        memcpy(&a, p, 2);
+        v = a | (uint64_t)p[2] << 16;
+    } else if (bits == 5) {
+        uint32_t a;
+        memcpy(&a, p, 4);
+        v = a | (uint64_t)p[4] << 32;
+    } else {
+        uint32_t a;
+        uint16_t b2;
+        memcpy(&a, p, 4);
+        memcpy(&b2, p + 4, 2);
+        v = a | (uint64_t)b2 << 32;
+    }
+    uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> (4 * bits));
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32((int)lo)),
+                                        _mm_set1_epi32((int)hi), 1);
+    const __m256i sh = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 0, bits, 2 * bits, 3 * bits);
+    b = _mm256_and_si256(_mm256_srlv_epi32(b, sh), _mm256_set1_epi32((1 << bits) - 1));
+    return _mm256_cvtepi32_ps(b);
+}
+
+/* 4-bit chunk pair (k, k+1) without per-chunk shuffles: one qword broadcast of
+ * words k and k+1; lanes alternate word k / word k+1, and lane masks pick
+ * nibbles (0,0,1,1,4,4,5,5) in place (value q·2^(4·nibble), exact); the same
+ * masks on the broadcast shifted right by 8 bits pick nibbles (2,2,3,3,6,6,7,7).
+ * The matching x lanes are unpacklo/unpackhi(x[8k..], x[8k+8..]) times
+ * 2^-(4·nibble), so every product is exactly q·x (powers of two are exact). */
+AI __m256 q4_xscale(void)
+{
+    const float a = 1.0f / 16, b = 1.0f / 65536, c = 1.0f / 1048576;
+    return _mm256_setr_ps(1.0f, 1.0f, a, a, b, b, c, c);
+}
+AI __m256i q4_mask(void)
+{
+    return _mm256_setr_epi32(0xF, 0xF, 0xF0, 0xF0, 0xF0000, 0xF0000, 0xF00000, 0xF00000);
+}
+AI void q4_pair(const uint8_t *g, int64_t k, __m256 *qa, __m256 *qb)
+{
+    int64_t v;
+    memcpy(&v, g + 4 * k, 8);
+    __m256i bc = _mm256_set1_epi64x(v), m = q4_mask();
+    *qa = _mm256_cvtepi32_ps(_mm256_and_si256(bc, m));
+    *qb = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(bc, 8), m));
+}
+/* x lanes matching q4_pair (xa, xb in: x[8k..8k+8), x[8k+8..8k+16)). */
+AI void q4_xpair(__m256 x0, __m256 x1, __m256 *xa, __m256 *xb)
+{
+    *xa = _mm256_mul_ps(_mm256_unpacklo_ps(x0, x1), q4_xscale());
+    *xb = _mm256_mul_ps(_mm256_unpackhi_ps(x0, x1), q4_xscale());
+}
+
+/* ---------------------------------------------------------------- shared pieces */
+
+/* xsum[g] = Σ of group g of x: 8-lane chunk sums in order, then hsum8. */
+static void group_sums(const float *x, int64_t cols, int64_t gs, float *xsum)
+{
+    for (int64_t c0 = 0, g = 0; c0 < cols; c0 += gs, g++) {
+        __m256 s = _mm256_loadu_ps(x + c0);
+        for (int64_t k = 8; k < gs; k += 8) s = _mm256_add_ps(s, _mm256_loadu_ps(x + c0 + k));
+        xsum[g] = kn_hsum256(s);
+    }
+}
+
+/* Σ_g bias[g] · xsum[g]: 8-group vectors, hsum8, then the scalar tail. */
+static float bias_dot(const void *b, kn_fmt sf, int64_t off, const float *xsum, int64_t ng)
+{
+    __m256 a = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (; g + 8 <= ng; g += 8) a = _mm256_fmadd_ps(ld_sf8(b, sf, off + g), _mm256_loadu_ps(xsum + g), a);
+    float s = kn_hsum256(a);
+    for (; g < ng; g++) s += ld_sf(b, sf, off + g) * xsum[g];
+    return s;
+}
+
+/* Float formats: the cols % 8 tail, ascending. */
+static float float_tail(const void *row, kn_fmt fmt, const float *x, int64_t c8, int64_t cols)
+{
+    float s = 0;
+    for (int64_t k = c8; k < cols; k++)
+        s += (fmt == KN_F32 ? ((const float *)row)[k] : kn_ref_sf(row, fmt, k)) * x[k];
+    return s;
+}
+
+/* ---------------------------------------------------------------- decode (n == 1) */
+
+AI void dec_float(const kn_mat *W, const float *x, float *y, int64_t r, const int R, const kn_fmt fmt)
+{
+    const int64_t cols = W->cols, c8 = cols & ~(int64_t)7, rs = cols * esize(fmt);
+    const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < c8; c += 8) {
+        __m256 xv = _mm256_loadu_ps(x + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) acc[i] = _mm256_fmadd_ps(ld_w(w0 + i * rs, c, fmt), xv, acc[i]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) y[r + i] = kn_hsum256(acc[i]) + float_tail(w0 + i * rs, fmt, x, c8, cols);
+}
+
+AI void dec_q(const kn_mat *W, const float *x, const float *xsum, float *y, int64_t r, const int R,
+              const int bits)
+{
+    const int64_t cols = W->cols, gs = W->group, ng = cols / gs, nck = gs / 8;
+    const int64_t rs = cols * bits / 8, gbytes = gs * bits / 8;
+    const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
+    const kn_fmt sf = W->sfmt;
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        __m256 s[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) s[i] = _mm256_set1_ps(ld_sf(W->scales, sf, (r + i) * ng + g));
+        const float *xg = x + g * gs;
+        for (int64_t k = 0; k < nck; k += 2) {
+            __m256 xa = _mm256_loadu_ps(xg + 8 * k), xb = _mm256_loadu_ps(xg + 8 * k + 8);
+            if (bits == 4) q4_xpair(xa, xb, &xa, &xb);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                const uint8_t *gp = w0 + i * rs + g * gbytes;
+                __m256 qa, qb;
+                if (bits == 4) {
+                    q4_pair(gp, k, &qa, &qb);
+                } else {
+                    qa = dec8(gp, k, bits);
+                    qb = dec8(gp, k + 1, bits);
+                }
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(qa, s[i]), xa, acc[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(qb, s[i]), xb, acc[i]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) y[r + i] = kn_hsum256(acc[i]) + bias_dot(W->biases, sf, (r + i) * ng, xsum, ng);
+}
+
+/* ---------------------------------------------------------------- prefill (n > 1) */
+
+/* acc[i][j] (memory, [RB][TB_MAX]) += Σ_c w_i[c] · x_j[c] over nch chunks. */
+AI void tile(const float *const *wp, const float *const *xp, int64_t nch, __m256 *accm, int i0, int j0,
+             const int R, const int T)
+{
+    __m256 a[4][3];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++) a[i][j] = accm[(i0 + i) * TB_MAX + j0 + j];
+    for (int64_t c = 0; c < nch * 8; c += 8) {
+        __m256 xv[3];
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++) xv[j] = _mm256_loadu_ps(xp[j0 + j] + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            __m256 w = _mm256_loadu_ps(wp[i0 + i] + c);
+#pragma GCC unroll 3
+            for (int j = 0; j < T; j++) a[i][j] = _mm256_fmadd_ps(w, xv[j], a[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++) accm[(i0 + i) * TB_MAX + j0 + j] = a[i][j];
+}
+
+#define TILE_FN(R, T)                                                                              \
+    static void tile_##R##x##T(const float *const *wp, const float *const *xp, int64_t nch,       \
+                               __m256 *accm, int i0, int j0)                                       \
+    {                                                                                              \
+        tile(wp, xp, nch, accm, i0, j0, R, T);                                                     \
+    }
+TILE_FN(4, 3)
+TILE_FN(4, 2)
+TILE_FN(4, 1)
+TILE_FN(1, 3)
+TILE_FN(1, 2)
+TILE_FN(1, 1)
+typedef void (*tile_fn)(const float *const *, const float *const *, int64_t, __m256 *, int, int);
+static const tile_fn tiles[5][4] = {[4] = {NULL, tile_4x1, tile_4x2, tile_4x3},
+                                    [1] = {NULL, tile_1x1, tile_1x2, tile_1x3}};
+
+/* All register tiles over nr rows × nt tokens of one slab. */
+static void slab_tiles(const float *const *wp, const float *const *xp, int64_t nch, __m256 *accm,
+                       int nr, int nt)
+{
+    int i = 0;
+    for (; i < nr; i += (nr - i >= 4 ? 4 : 1)) {
+        int R = nr - i >= 4 ? 4 : 1;
+        for (int j = 0; j < nt; j += 3) {
+            int T = nt - j >= 3 ? 3 : nt - j;
+            tiles[R][T](wp, xp, nch, accm, i, j);
+        }
+    }
+}
+
+/* Slab of w̃ for rows [r, r+nr), columns [kb, kb+kc) of an affine matrix, in
+ * the chunk order decode uses (4-bit: permuted pairs). */
+AI void deq_slab_q(const kn_mat *W, int64_t r, int nr, int64_t kb, int64_t kc, float *buf, const int bits)
+{
+    const int64_t cols = W->cols, gs = W->group, ng = cols / gs, nck = gs / 8;
+    const int64_t rs = cols * bits / 8, gbytes = gs * bits / 8;
+    for (int i = 0; i < nr; i++) {
+        const uint8_t *row = (const uint8_t *)W->w + (r + i) * rs;
+        float *o = buf + (int64_t)i * KC;
+        for (int64_t c0 = kb; c0 < kb + kc; c0 += gs) {
+            int64_t g = c0 / gs;
+            __m256 s = _mm256_set1_ps(ld_sf(W->scales, W->sfmt, (r + i) * ng + g));
+            const uint8_t *gp = row + g * gbytes;
+            for (int64_t k = 0; k < nck; k += 2) {
+                __m256 qa, qb;
+                if (bits == 4) {
+                    q4_pair(gp, k, &qa, &qb);
+                } else {
+                    qa = dec8(gp, k, bits);
+                    qb = dec8(gp, k + 1, bits);
+                }
+                _mm256_storeu_ps(o + (c0 - kb) + 8 * k, _mm256_mul_ps(qa, s));
+                _mm256_storeu_ps(o + (c0 - kb) + 8 * k + 8, _mm256_mul_ps(qb, s));
+            }
+        }
+    }
+}
+
+/* Tokens per prefill block so that the group sums fit XSUM_MAX floats. */
+static int token_block(int64_t ng)
+{
+    int64_t tb = TB_MAX;
+    while (tb > 3 && tb * ng > XSUM_MAX) tb -= 3;
+    return (int)tb;
+}
+
+AI void pf_q(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1, const int bits)
+{
+    const int64_t cols = W->cols, gs = W->group, ng = cols / gs, rows = W->rows;
+    const int tb = token_block(ng);
+    KILN_ASSERT(ng * 3 <= XSUM_MAX);
+    float wbuf[RB * KC] __attribute__((aligned(32)));
+    float xbuf[TB_MAX * KC] __attribute__((aligned(32)));
+    float xsum[XSUM_MAX];
+    __m256 accm[RB * TB_MAX];
+    const float *wp[RB], *xp[TB_MAX];
+    for (int i = 0; i < RB; i++) wp[i] = wbuf + i * KC;
+    for (int64_t rb = r0; rb < r1; rb += RB) {
+        int nr = (int)(r1 - rb < RB ? r1 - rb : RB);
+        for (int64_t t0 = 0; t0 < n; t0 += tb) {
+            int nt = (int)(n - t0 < tb ? n - t0 : tb);
+            for (int j = 0; j < nt; j++) group_sums(x + (t0 + j) * cols, cols, gs, xsum + j * ng);
+            for (int i = 0; i < nr * TB_MAX; i++) accm[i] = _mm256_setzero_ps();
+            for (int64_t kb = 0; kb < cols; kb += KC) {
+                int64_t kc = cols - kb < KC ? cols - kb : KC;
+                deq_slab_q(W, rb, nr, kb, kc, wbuf, bits);
+                for (int j = 0; j < nt; j++) {
+                    const float *xs = x + (t0 + j) * cols + kb;
+                    if (bits == 4) {
+                        float *xo = xbuf + j * KC;
+                        for (int64_t c = 0; c < kc; c += 16) {
+                            __m256 xa, xb;
+                            q4_xpair(_mm256_loadu_ps(xs + c), _mm256_loadu_ps(xs + c + 8), &xa, &xb);
+                            _mm256_storeu_ps(xo + c, xa);
+                            _mm256_storeu_ps(xo + c + 8, xb);
+                        }
+                        xp[j] = xo;
+                    } else {
+                        xp[j] = xs;
+                    }
+                }
+                slab_tiles(wp, xp, kc / 8, accm, nr, nt);
+            }
+            for (int i = 0; i < nr; i++)
+                for (int j = 0; j < nt; j++)
+                    y[(t0 + j) * rows + rb + i] =
+                        kn_hsum256(accm[i * TB_MAX + j]) +
+                        bias_dot(W->biases, W->sfmt, (rb + i) * ng, xsum + j * ng, ng);
+        }
+    }
+}
+
+AI void pf_float(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1,
+                 const kn_fmt fmt)
+{
+    const int64_t cols = W->cols, c8 = cols & ~(int64_t)7, rows = W->rows, rs = cols * esize(fmt);
+    float wbuf[RB * KC] __attribute__((aligned(32)));
+    __m256 accm[RB * TB_MAX];
+    const float *wp[RB], *xp[TB_MAX];
+    for (int64_t rb = r0; rb < r1; rb += RB) {
+        int nr = (int)(r1 - rb < RB ? r1 - rb : RB);
+        for (int64_t t0 = 0; t0 < n; t0 += TB_MAX) {
+            int nt = (int)(n - t0 < TB_MAX ? n - t0 : TB_MAX);
+            for (int i = 0; i < nr * TB_MAX; i++) accm[i] = _mm256_setzero_ps();
+            for (int64_t kb = 0; kb < c8; kb += KC) {
+                int64_t kc = c8 - kb < KC ? c8 - kb : KC;
+                for (int i = 0; i < nr; i++) {
+                    const uint8_t *row = (const uint8_t *)W->w + (rb + i) * rs;
+                    if (fmt == KN_F32) {
+                        wp[i] = (const float *)row + kb;
+                    } else {
+                        for (int64_t c = 0; c < kc; c += 8)
+                            _mm256_storeu_ps(wbuf + i * KC + c, ld_w(row, kb + c, fmt));
+                        wp[i] = wbuf + i * KC;
+                    }
+                }
+                for (int j = 0; j < nt; j++) xp[j] = x + (t0 + j) * cols + kb;
+                slab_tiles(wp, xp, kc / 8, accm, nr, nt);
+            }
+            for (int i = 0; i < nr; i++)
+                for (int j = 0; j < nt; j++)
+                    y[(t0 + j) * rows + rb + i] =
+                        kn_hsum256(accm[i * TB_MAX + j]) +
+                        float_tail((const uint8_t *)W->w + (rb + i) * rs, fmt, x + (t0 + j) * cols, c8, cols);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+/* 4 rows at a time (8 made gcc spill accumulators), then single rows. */
+#define DEC_ROWS(call4, call1)                                                                     \
+    do {                                                                                           \
+        int64_t r = r0;                                                                            \
+        for (; r + 4 <= r1; r += 4) call4;                                                         \
+        for (; r < r1; r++) call1;                                                                 \
+    } while (0)
+
+#define DEF_FLOAT(name, fmt)                                                                       \
+    static void name(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1) \
+    {                                                                                              \
+        if (n == 1)                                                                                \
+            DEC_ROWS(dec_float(W, x, y, r, 4, fmt), dec_float(W, x, y, r, 1, fmt));                \
+        else                                                                                       \
+            pf_float(W, x, n, y, r0, r1, fmt);                                                     \
+    }
+DEF_FLOAT(mm_f32, KN_F32)
+DEF_FLOAT(mm_f16, KN_F16)
+DEF_FLOAT(mm_bf16, KN_BF16)
+
+#define DEF_Q(b)                                                                                   \
+    static void mm_q##b(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0,          \
+                        int64_t r1)                                                                \
+    {                                                                                              \
+        if (n == 1) {                                                                              \
+            float xsum[XSUM_MAX];                                                                  \
+            KILN_ASSERT(W->cols / W->group <= XSUM_MAX);                                           \
+            group_sums(x, W->cols, W->group, xsum);                                                \
+            DEC_ROWS(dec_q(W, x, xsum, y, r, 4, b), dec_q(W, x, xsum, y, r, 1, b));                \
+        } else {                                                                                   \
+            pf_q(W, x, n, y, r0, r1, b);                                                           \
+        }                                                                                          \
+    }
+DEF_Q(2)
+DEF_Q(3)
+DEF_Q(4)
+DEF_Q(5)
+DEF_Q(6)
+DEF_Q(8)
+
+void kn_avx2_install_mat(kn_ops *t)
+{
+    t->mm_f32 = mm_f32;
+    t->mm_f16 = mm_f16;
+    t->mm_bf16 = mm_bf16;
+    t->mm_q[2] = mm_q2;
+    t->mm_q[3] = mm_q3;
+    t->mm_q[4] = mm_q4;
+    t->mm_q[5] = mm_q5;
+    t->mm_q[6] = mm_q6;
+    t->mm_q[8] = mm_q8;
+}
+#endif

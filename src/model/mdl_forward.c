@@ -1,0 +1,344 @@
+/*
+ * mdl_forward.c — the one batched step: a ragged batch of sequences through
+ * every layer, K/V written into paged blocks, logits for the rows asked for.
+ *
+ * Stages per layer (T = Σ n_i new tokens, all f32):
+ *   h = rmsnorm(x)                      per token          (pool over tokens)
+ *   q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ (+b)  once for all T     (kn_matmul, pool over rows)
+ *   qk-norm, RoPE, K/V -> blocks        per token          (pool over tokens)
+ *   attn = softmax(q·Kᵀ)·V              per (sequence, head) (pool over pairs)
+ *   x += attn·Woᵀ;  x += down(silu(gate) * up)
+ * Every per-token result depends only on that token's row and its sequence's
+ * keys, each reduced in a fixed order: a sequence's logits are bitwise the same
+ * whatever else is in the batch and however its prefill is chunked.
+ * Scratch: one arena per context, sized at mdl_ctx_create, reset per step.
+ * Threads: the engine thread calls; kernels fan out through the kn_pool.
+ */
+#include "kernels/kn_attn.h"
+#include "kernels/kn_ops.h"
+#include "model/mdl_int.h"
+#include "util/arena.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mdl_ctx {
+    const mdl_model *m;
+    kn_pool *pool; /* BORROWED */
+    int32_t max_tokens, max_seqs, max_ctx;
+    int n_threads;
+    int64_t attn_scratch; /* floats per thread */
+    arena ar;             /* OWNED */
+};
+
+/* Per-step view shared with the pool callbacks. */
+typedef struct {
+    mdl_ctx *cx;
+    kv_pool *kv;
+    const mdl_seq *seqs;
+    int32_t n_seqs, T;
+    const mdl_layer *ly;
+    int32_t layer;
+    const float *norm_w; /* the norm norm_rows applies */
+    float *x, *h, *q, *k, *v, *att, *g, *u, *cs, *scratch;
+    int32_t *tok_seq, *tok_pos;
+    kn_attn_args *aa; /* [n_seqs] */
+} step;
+
+/* ---------------------------------------------------------------- sizing */
+
+static size_t step_floats(const wt_config *c, int64_t T, int32_t rot)
+{
+    int64_t qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
+    return (size_t)T * (size_t)(2 * c->hidden + 2 * qd + 2 * kd + 2 * c->intermediate + rot);
+}
+
+kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens,
+                         int32_t max_seqs, int32_t max_ctx, mdl_ctx **out, kiln_err *err)
+{
+    *out = NULL;
+    if (max_tokens < 1 || max_seqs < 1 || max_ctx < 1)
+        return kiln_fail(err, KILN_E_INVALID, "model context: bad limits");
+    mdl_ctx *cx = calloc(1, sizeof *cx);
+    if (!cx) return kiln_fail(err, KILN_E_NOMEM, "model context: out of memory");
+    cx->m = m;
+    cx->pool = pool;
+    cx->max_tokens = max_tokens;
+    cx->max_seqs = max_seqs;
+    cx->max_ctx = max_ctx;
+    cx->n_threads = pool ? kn_pool_threads(pool) : 1;
+    const wt_config *c = &m->cfg;
+    kn_attn_args probe = {.n_q = max_tokens < max_ctx ? max_tokens : max_ctx,
+                          .n_heads = (int32_t)c->n_heads, .n_kv_heads = (int32_t)c->n_kv_heads,
+                          .head_dim = (int32_t)c->head_dim, .block_tokens = 16};
+    probe.pos0 = max_ctx - probe.n_q;
+    int64_t s1 = kn_attn_scratch_floats(&probe);
+    probe.n_q = 1;
+    probe.pos0 = max_ctx - 1;
+    int64_t s2 = kn_attn_scratch_floats(&probe);
+    cx->attn_scratch = (s1 > s2 ? s1 : s2) + 16;
+    int64_t max_blocks = max_ctx + 1; /* pointer tables: at most one block per position */
+    size_t bytes = sizeof(float) * (step_floats(c, max_tokens, m->rope.rot) +
+                                    (size_t)cx->n_threads * (size_t)cx->attn_scratch) +
+                   sizeof(int32_t) * 2 * (size_t)max_tokens +
+                   (sizeof(kn_attn_args) + 2 * sizeof(float *) * (size_t)max_blocks) *
+                       (size_t)max_seqs +
+                   64 * 32 /* alignment slack */ + sizeof(float *) * 2 * (size_t)max_blocks;
+    kiln_code rc = arena_init(&cx->ar, bytes, err);
+    if (rc) {
+        free(cx);
+        return rc;
+    }
+    *out = cx;
+    return KILN_OK;
+}
+
+void mdl_ctx_free(mdl_ctx *cx)
+{
+    if (!cx) return;
+    arena_free(&cx->ar);
+    free(cx);
+}
+
+size_t mdl_ctx_scratch_bytes(const mdl_ctx *cx)
+{
+    return cx->ar.cap;
+}
+
+/* ---------------------------------------------------------------- per-token stages */
+
+static void add_bias_rows(float *y, const float *b, int64_t T, int64_t n)
+{
+    if (!b) return;
+    for (int64_t t = 0; t < T; t++) kn_add(y + t * n, b, n);
+}
+
+static void norm_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    step *s = ctx;
+    const mdl_model *m = s->cx->m;
+    const float *w = s->norm_w;
+    for (int64_t t = t0; t < t1; t++)
+        kn_rmsnorm(s->h + t * m->cfg.hidden, s->x + t * m->cfg.hidden, w, m->cfg.hidden,
+                   (float)m->cfg.rms_eps, m->norm_offset);
+}
+
+/* qk-norm, RoPE, and K/V into the token's block slot. */
+static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    step *s = ctx;
+    const mdl_model *m = s->cx->m;
+    const wt_config *c = &m->cfg;
+    const mdl_layer *ly = s->ly;
+    int64_t hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    int32_t bt = kv_pool_cfg(s->kv)->block_tokens, rot = m->rope.rot;
+    for (int64_t t = t0; t < t1; t++) {
+        float *q = s->q + t * nh * hd, *k = s->k + t * nkv * hd, *v = s->v + t * nkv * hd;
+        const float *cs = s->cs + t * rot;
+        for (int64_t h = 0; h < nh; h++) {
+            if (ly->q_norm)
+                kn_rmsnorm(q + h * hd, q + h * hd, ly->q_norm, hd, (float)c->rms_eps,
+                           m->norm_offset);
+            kn_rope_neox(q + h * hd, rot, cs);
+        }
+        for (int64_t h = 0; h < nkv; h++) {
+            if (ly->k_norm)
+                kn_rmsnorm(k + h * hd, k + h * hd, ly->k_norm, hd, (float)c->rms_eps,
+                           m->norm_offset);
+            kn_rope_neox(k + h * hd, rot, cs);
+        }
+        const mdl_seq *sq = &s->seqs[s->tok_seq[t]];
+        int32_t pos = s->tok_pos[t];
+        kv_block_id b = sq->blocks[pos / bt];
+        size_t off = (size_t)(pos % bt) * (size_t)(nkv * hd);
+        memcpy(kv_pool_k(s->kv, b, s->layer) + off, k, sizeof(float) * (size_t)(nkv * hd));
+        memcpy(kv_pool_v(s->kv, b, s->layer) + off, v, sizeof(float) * (size_t)(nkv * hd));
+    }
+}
+
+static void attn_items(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    step *s = ctx;
+    int32_t nh = (int32_t)s->cx->m->cfg.n_heads;
+    float *scratch = s->scratch + (size_t)tid * (size_t)s->cx->attn_scratch;
+    for (int64_t i = i0; i < i1; i++) {
+        int32_t sq = (int32_t)(i / nh), h = (int32_t)(i % nh);
+        kn_attn_heads(&s->aa[sq], h, h + 1, scratch);
+    }
+}
+
+static void silu_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    step *s = ctx;
+    int64_t F = s->cx->m->cfg.intermediate;
+    for (int64_t t = t0; t < t1; t++) kn_silu_mul(s->g + t * F, s->g + t * F, s->u + t * F, F);
+}
+
+/* ---------------------------------------------------------------- the step */
+
+static kiln_code check_batch(const mdl_ctx *cx, const mdl_seq *seqs, int32_t n_seqs,
+                             int32_t *T_out, kiln_err *err)
+{
+    if (n_seqs < 1 || n_seqs > cx->max_seqs)
+        return kiln_fail(err, KILN_E_INVALID, "batch of %d sequences (limit %d)", (int)n_seqs,
+                         (int)cx->max_seqs);
+    int64_t T = 0, vocab = cx->m->cfg.vocab;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const mdl_seq *s = &seqs[i];
+        if (s->n_tokens < 1 || s->pos0 < 0 || s->n_logits < 0 || s->n_logits > s->n_tokens ||
+            (int64_t)s->pos0 + s->n_tokens > cx->max_ctx || !s->blocks || !s->tokens)
+            return kiln_fail(err, KILN_E_INVALID,
+                             "sequence %d: %d tokens at position %d do not fit the context (%d)",
+                             (int)i, (int)s->n_tokens, (int)s->pos0, (int)cx->max_ctx);
+        for (int32_t j = 0; j < s->n_tokens; j++)
+            if (s->tokens[j] < 0 || s->tokens[j] >= vocab)
+                return kiln_fail(err, KILN_E_INVALID, "token id %d is out of range (vocab %lld)",
+                                 (int)s->tokens[j], (long long)vocab);
+        T += s->n_tokens;
+    }
+    if (T > cx->max_tokens)
+        return kiln_fail(err, KILN_E_INVALID, "step of %lld tokens is over the limit of %d",
+                         (long long)T, (int)cx->max_tokens);
+    *T_out = (int32_t)T;
+    return KILN_OK;
+}
+
+static kiln_code step_alloc(step *s, kiln_err *err)
+{
+    mdl_ctx *cx = s->cx;
+    const wt_config *c = &cx->m->cfg;
+    arena *a = &cx->ar;
+    int64_t T = s->T, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
+    int32_t bt = kv_pool_cfg(s->kv)->block_tokens;
+    s->x = ARENA_ARRAY(a, float, T * c->hidden);
+    s->h = ARENA_ARRAY(a, float, T * c->hidden);
+    s->q = ARENA_ARRAY(a, float, T * qd);
+    s->att = ARENA_ARRAY(a, float, T * qd);
+    s->k = ARENA_ARRAY(a, float, T * kd);
+    s->v = ARENA_ARRAY(a, float, T * kd);
+    s->g = ARENA_ARRAY(a, float, T * c->intermediate);
+    s->u = ARENA_ARRAY(a, float, T * c->intermediate);
+    s->cs = ARENA_ARRAY(a, float, T * cx->m->rope.rot);
+    s->scratch = ARENA_ARRAY(a, float, (int64_t)cx->n_threads * cx->attn_scratch);
+    s->tok_seq = ARENA_ARRAY(a, int32_t, T);
+    s->tok_pos = ARENA_ARRAY(a, int32_t, T);
+    s->aa = ARENA_ARRAY(a, kn_attn_args, s->n_seqs);
+    if (!s->x || !s->h || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->cs ||
+        !s->scratch || !s->tok_seq || !s->tok_pos || !s->aa)
+        return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        const mdl_seq *sq = &s->seqs[i];
+        int32_t nb = (sq->pos0 + sq->n_tokens + bt - 1) / bt;
+        const float **kp = ARENA_ARRAY(a, const float *, nb);
+        const float **vp = ARENA_ARRAY(a, const float *, nb);
+        if (!kp || !vp) return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
+        s->aa[i] = (kn_attn_args){
+            .n_q = sq->n_tokens,
+            .pos0 = sq->pos0,
+            .n_heads = (int32_t)c->n_heads,
+            .n_kv_heads = (int32_t)c->n_kv_heads,
+            .head_dim = (int32_t)c->head_dim,
+            .scale = 1.0f / sqrtf((float)c->head_dim),
+            .k_blocks = kp,
+            .v_blocks = vp,
+            .block_tokens = bt,
+        };
+    }
+    return KILN_OK;
+}
+
+/* Points each sequence's attention at layer L's blocks and its rows of q/att. */
+static void step_bind_layer(step *s, int32_t L)
+{
+    const wt_config *c = &s->cx->m->cfg;
+    int64_t qd = c->n_heads * c->head_dim, row = 0;
+    int32_t bt = kv_pool_cfg(s->kv)->block_tokens;
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        const mdl_seq *sq = &s->seqs[i];
+        kn_attn_args *a = &s->aa[i];
+        int32_t nb = (sq->pos0 + sq->n_tokens + bt - 1) / bt;
+        const float **kp = (const float **)a->k_blocks, **vp = (const float **)a->v_blocks;
+        for (int32_t j = 0; j < nb; j++) {
+            kp[j] = kv_pool_k(s->kv, sq->blocks[j], L);
+            vp[j] = kv_pool_v(s->kv, sq->blocks[j], L);
+        }
+        a->q = s->q + row * qd;
+        a->out = s->att + row * qd;
+        a->window = s->ly->window;
+        row += sq->n_tokens;
+    }
+}
+
+static void layer_forward(step *s, int32_t L)
+{
+    mdl_ctx *cx = s->cx;
+    const wt_config *c = &cx->m->cfg;
+    const mdl_layer *ly = &cx->m->layers[L];
+    int64_t T = s->T, H = c->hidden, F = c->intermediate;
+    int64_t qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
+    int64_t grain = T > 64 ? 16 : 1;
+    s->ly = ly;
+    s->layer = L;
+    s->norm_w = ly->attn_norm;
+    kn_pool_for(cx->pool, T, grain, norm_rows, s);
+    kn_matmul(cx->pool, &ly->wq, s->h, T, s->q);
+    kn_matmul(cx->pool, &ly->wk, s->h, T, s->k);
+    kn_matmul(cx->pool, &ly->wv, s->h, T, s->v);
+    add_bias_rows(s->q, ly->bq, T, qd);
+    add_bias_rows(s->k, ly->bk, T, kd);
+    add_bias_rows(s->v, ly->bv, T, kd);
+    kn_pool_for(cx->pool, T, grain, qkv_rows, s);
+    step_bind_layer(s, L);
+    kn_pool_for(cx->pool, (int64_t)s->n_seqs * c->n_heads, 1, attn_items, s);
+    kn_matmul(cx->pool, &ly->wo, s->att, T, s->h);
+    add_bias_rows(s->h, ly->bo, T, H);
+    kn_add(s->x, s->h, T * H);
+    s->norm_w = ly->ffn_norm;
+    kn_pool_for(cx->pool, T, grain, norm_rows, s);
+    kn_matmul(cx->pool, &ly->w_gate, s->h, T, s->g);
+    kn_matmul(cx->pool, &ly->w_up, s->h, T, s->u);
+    add_bias_rows(s->g, ly->b_gate, T, F);
+    add_bias_rows(s->u, ly->b_up, T, F);
+    kn_pool_for(cx->pool, T, grain, silu_rows, s);
+    kn_matmul(cx->pool, &ly->w_down, s->g, T, s->h);
+    add_bias_rows(s->h, ly->b_down, T, H);
+    kn_add(s->x, s->h, T * H);
+}
+
+kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_seqs,
+                      float *logits, kiln_err *err)
+{
+    const mdl_model *m = cx->m;
+    const wt_config *c = &m->cfg;
+    step s = {.cx = cx, .kv = kv, .seqs = seqs, .n_seqs = n_seqs};
+    kiln_code rc = check_batch(cx, seqs, n_seqs, &s.T, err);
+    if (rc) return rc;
+    arena_reset(&cx->ar);
+    if ((rc = step_alloc(&s, err))) return rc;
+    int64_t H = c->hidden, t = 0;
+    int32_t rot = m->rope.rot;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const mdl_seq *sq = &seqs[i];
+        for (int32_t j = 0; j < sq->n_tokens; j++, t++) {
+            s.tok_seq[t] = i;
+            s.tok_pos[t] = sq->pos0 + j;
+            kn_mat_row(&m->embed, sq->tokens[j], s.x + t * H);
+            if (m->embed_scale != 1.0f)
+                for (int64_t d = 0; d < H; d++) s.x[t * H + d] *= m->embed_scale;
+            mdl_rope_cos_sin(&m->rope, c, sq->pos0 + j, (int64_t)sq->pos0 + sq->n_tokens,
+                             s.cs + t * rot);
+        }
+    }
+    for (int32_t L = 0; L < (int32_t)c->n_layers; L++) layer_forward(&s, L);
+    /* final norm on the rows that need logits, gathered densely into h */
+    int64_t n_out = 0, row = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        for (int32_t j = seqs[i].n_tokens - seqs[i].n_logits; j < seqs[i].n_tokens; j++)
+            kn_rmsnorm(s.h + (n_out++) * H, s.x + (row + j) * H, m->final_norm, H,
+                       (float)c->rms_eps, m->norm_offset);
+        row += seqs[i].n_tokens;
+    }
+    if (n_out > 0) kn_matmul(cx->pool, &m->lm_head, s.h, n_out, logits);
+    return KILN_OK;
+}

@@ -1,0 +1,70 @@
+/*
+ * mdl_model.h — a loaded model and the one batched forward step.
+ *
+ *   mdl_model *m;  mdl_load("/models/qwen3", &m, &err);
+ *   mdl_ctx *cx;   mdl_ctx_create(m, pool, 512, 8, 4096, &cx, &err);
+ *   mdl_seq s = {.tokens = ids, .n_tokens = n, .pos0 = 0, .blocks = table, .n_logits = 1};
+ *   mdl_forward(cx, kv, &s, 1, logits, &err);     // logits [Σ n_logits, vocab]
+ *
+ * One function for everything: each sequence contributes n_i new tokens at
+ * positions pos0 .. pos0+n_i-1 with a block table covering [0, pos0+n_i). Linear
+ * layers run once over the concatenated [Σn_i, hidden] activations; attention
+ * runs per sequence over its blocks. Logits are computed only for the last
+ * n_logits tokens of each sequence. Prefill chunks, single decode tokens and
+ * multi-token verification all go through it. A sequence's results do not
+ * depend on the rest of the batch or on how its prefill was chunked.
+ */
+#ifndef KILN_MDL_MODEL_H
+#define KILN_MDL_MODEL_H
+
+#include <stdint.h>
+
+#include "kernels/kn_pool.h"
+#include "kv/kv_pool.h"
+#include "util/kiln_err.h"
+#include "weights/wt_config.h"
+
+typedef struct mdl_model mdl_model;
+typedef struct mdl_ctx mdl_ctx;
+
+typedef struct {
+    const int32_t *tokens;     /* [n_tokens] BORROWED */
+    int32_t n_tokens;          /* >= 1 */
+    int32_t pos0;              /* position of tokens[0] */
+    const kv_block_id *blocks; /* BORROWED block table covering [0, pos0 + n_tokens) */
+    int32_t n_logits;          /* logits for the last n_logits tokens, 0..n_tokens */
+} mdl_seq;
+
+typedef struct {
+    uint64_t weights_bytes;   /* tensors used, as stored (mapped) */
+    uint64_t n_params;        /* logical parameter count */
+    uint64_t kv_bytes_per_token; /* f32 K+V over all layers */
+    char quant_desc[128];     /* e.g. "affine 4-bit g64 (bf16 scales)" or "bf16" */
+} mdl_info;
+
+/* API */
+/* Loads dir (config.json, *.safetensors): maps the weights, checks every tensor's
+ * shape against the config. *out is new: mdl_free frees it. */
+kiln_code mdl_load(const char *dir, mdl_model **out, kiln_err *err);
+void mdl_free(mdl_model *m); /* NULL is a no-op */
+const wt_config *mdl_config(const mdl_model *m);
+int64_t mdl_vocab(const mdl_model *m);
+mdl_info mdl_get_info(const mdl_model *m);
+/* The kv pool shape this model needs (n_blocks left for the caller). */
+kv_pool_config mdl_kv_shape(const mdl_model *m, int32_t n_blocks, int32_t block_tokens);
+/* A 64-bit identity of the model (config + tensor headers) for cache namespaces. */
+uint64_t mdl_fingerprint(const mdl_model *m);
+
+/* Execution context: scratch for at most max_tokens new tokens over at most
+ * max_seqs sequences, each at most max_ctx positions long. pool may be NULL. */
+kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens,
+                         int32_t max_seqs, int32_t max_ctx, mdl_ctx **out, kiln_err *err);
+void mdl_ctx_free(mdl_ctx *cx);
+size_t mdl_ctx_scratch_bytes(const mdl_ctx *cx);
+/* The batched step. Writes K/V of the new tokens into their blocks and logits
+ * [Σ n_logits, vocab] (sequence order). Errors: KILN_E_INVALID for a token id
+ * out of range or a batch over the context's limits. */
+kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_seqs,
+                      float *logits, kiln_err *err);
+
+#endif

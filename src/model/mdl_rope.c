@@ -1,0 +1,118 @@
+/*
+ * mdl_rope.c — rotary embedding frequencies, with the rope_scaling variants of
+ * HF transformers' modeling_rope_utils: linear, llama3, yarn, dynamic (NTK).
+ * Frequencies are computed in double; cos/sin are rounded to f32 once.
+ */
+#include "model/mdl_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static double yarn_mscale(double scale, double m)
+{
+    return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
+
+/* transformers _compute_yarn_parameters: blend of interpolated and extrapolated
+ * frequencies over a ramp between the correction dims. */
+static void yarn_freqs(const wt_config *c, int32_t rot, double *inv, float *attn_factor)
+{
+    const wt_rope *r = &c->rope;
+    double base = c->rope_theta, factor = r->factor > 0 ? r->factor : 1.0;
+    double orig = r->original_max_pos > 0 ? (double)r->original_max_pos : (double)c->max_pos;
+    double bf = r->beta_fast > 0 ? r->beta_fast : 32.0, bs = r->beta_slow > 0 ? r->beta_slow : 1.0;
+    double dim = rot;
+#define YARN_DIM(nrot) (dim * log(orig / ((nrot) * 2.0 * M_PI)) / (2.0 * log(base)))
+    double low = floor(YARN_DIM(bf)), high = ceil(YARN_DIM(bs));
+#undef YARN_DIM
+    if (low < 0) low = 0;
+    if (high > dim - 1) high = dim - 1;
+    if (low == high) high += 0.001;
+    for (int32_t i = 0; i < rot / 2; i++) {
+        double pos_freq = pow(base, (2.0 * i) / dim);
+        double extra = 1.0 / pos_freq, inter = 1.0 / (factor * pos_freq);
+        double ramp = ((double)i - low) / (high - low);
+        if (ramp < 0) ramp = 0;
+        if (ramp > 1) ramp = 1;
+        double extra_factor = 1.0 - ramp;
+        inv[i] = inter * (1.0 - extra_factor) + extra * extra_factor;
+    }
+    if (r->attention_factor > 0) *attn_factor = (float)r->attention_factor;
+    else if (r->mscale > 0 && r->mscale_all_dim > 0)
+        *attn_factor =
+            (float)(yarn_mscale(factor, r->mscale) / yarn_mscale(factor, r->mscale_all_dim));
+    else *attn_factor = (float)yarn_mscale(factor, 1.0);
+}
+
+static void llama3_freqs(const wt_config *c, int32_t rot, double *inv)
+{
+    const wt_rope *r = &c->rope;
+    double factor = r->factor, lf = r->low_freq_factor, hf = r->high_freq_factor;
+    double old = (double)r->original_max_pos;
+    double low_wl = old / lf, high_wl = old / hf;
+    for (int32_t i = 0; i < rot / 2; i++) {
+        double f = inv[i], wl = 2.0 * M_PI / f;
+        if (wl < high_wl) continue;
+        if (wl > low_wl) {
+            inv[i] = f / factor;
+        } else {
+            double smooth = (old / wl - lf) / (hf - lf);
+            inv[i] = (1.0 - smooth) * f / factor + smooth * f;
+        }
+    }
+}
+
+kiln_code mdl_rope_init(const wt_config *c, mdl_rope *out, kiln_err *err)
+{
+    double prf = c->rope.partial_rotary_factor > 0 ? c->rope.partial_rotary_factor : 1.0;
+    int32_t rot = (int32_t)((double)c->head_dim * prf);
+    rot &= ~1;
+    if (rot <= 0 || rot > c->head_dim)
+        return kiln_fail(err, KILN_E_INVALID, "config.json: rotary dims %d for head_dim %d",
+                         (int)rot, (int)c->head_dim);
+    out->rot = rot;
+    out->attn_factor = 1.0f;
+    out->inv_freq = malloc(sizeof(double) * (size_t)(rot / 2));
+    if (!out->inv_freq) return kiln_fail(err, KILN_E_NOMEM, "rope: out of memory");
+    for (int32_t i = 0; i < rot / 2; i++)
+        out->inv_freq[i] = 1.0 / pow(c->rope_theta, (2.0 * i) / (double)rot);
+    switch (c->rope.type) {
+    case WT_ROPE_LINEAR:
+        for (int32_t i = 0; i < rot / 2; i++) out->inv_freq[i] /= c->rope.factor;
+        break;
+    case WT_ROPE_LLAMA3: llama3_freqs(c, rot, out->inv_freq); break;
+    case WT_ROPE_YARN: yarn_freqs(c, rot, out->inv_freq, &out->attn_factor); break;
+    case WT_ROPE_NONE:
+    case WT_ROPE_DYNAMIC: break; /* dynamic: per sequence length, in mdl_rope_cos_sin */
+    }
+    return KILN_OK;
+}
+
+void mdl_rope_free(mdl_rope *r)
+{
+    free(r->inv_freq);
+    r->inv_freq = NULL;
+}
+
+void mdl_rope_cos_sin(const mdl_rope *r, const wt_config *c, int64_t pos, int64_t seq_len,
+                      float *cs)
+{
+    int32_t half = r->rot / 2;
+    double base_scale = 1.0;
+    int dyn = c->rope.type == WT_ROPE_DYNAMIC;
+    double orig = c->rope.original_max_pos > 0 ? (double)c->rope.original_max_pos
+                                               : (double)c->max_pos;
+    if (dyn && (double)seq_len > orig) {
+        /* transformers _compute_dynamic_ntk_parameters */
+        double f = c->rope.factor, d = r->rot;
+        double base = c->rope_theta * pow(f * (double)seq_len / orig - (f - 1.0), d / (d - 2.0));
+        base_scale = base;
+    }
+    for (int32_t i = 0; i < half; i++) {
+        double f = r->inv_freq[i];
+        if (base_scale != 1.0) f = 1.0 / pow(base_scale, (2.0 * i) / (double)r->rot);
+        double a = (double)pos * f;
+        cs[i] = (float)cos(a) * r->attn_factor;
+        cs[half + i] = (float)sin(a) * r->attn_factor;
+    }
+}

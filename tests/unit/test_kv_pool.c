@@ -1,0 +1,135 @@
+/*
+ * test_kv_pool.c — block states, refcounts, publishing, LRU eviction, invariants.
+ */
+#include "kv/kv_pool.h"
+#include "test.h"
+
+static kv_pool *make(int32_t n)
+{
+    kv_pool_config c = {.n_blocks = n, .block_tokens = 4, .n_layers = 2, .n_kv_heads = 2,
+                        .head_dim = 8};
+    kv_pool *p = NULL;
+    kiln_err err;
+    kv_pool_create(&c, &p, &err);
+    return p;
+}
+
+static void test_alloc_until_full_then_budget_error(void)
+{
+    kiln_err err;
+    kv_pool *p = make(3);
+    kv_block_id b[4];
+    for (int i = 0; i < 3; i++) ASSERT_OK(kv_pool_alloc(p, &b[i], &err));
+    ASSERT_CODE(kv_pool_alloc(p, &b[3], &err), KILN_E_BUDGET);
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    kv_pool_release(p, b[1]);
+    ASSERT_OK(kv_pool_alloc(p, &b[3], &err));
+    ASSERT_EQ_I64(b[3], b[1]);
+    for (int i = 0; i < 3; i++) kv_pool_release(p, b[i == 1 ? 3 : i]);
+    ASSERT_EQ_I64(kv_pool_get_stats(p).n_free, 3);
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    kv_pool_destroy(p);
+}
+
+static void test_release_to_zero_moves_published_block_to_lru(void)
+{
+    kiln_err err;
+    kv_pool *p = make(2);
+    kv_block_id a, b;
+    ASSERT_OK(kv_pool_alloc(p, &a, &err));
+    ASSERT_EQ_I64(kv_pool_publish(p, a, 42), 1);
+    kv_pool_retain(p, a);
+    kv_pool_release(p, a);
+    ASSERT_EQ_I64(kv_pool_get_stats(p).n_active, 1);
+    kv_pool_release(p, a);
+    kv_pool_stats s = kv_pool_get_stats(p);
+    ASSERT_EQ_I64(s.n_cached, 1);
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    /* a hit revives it with its bytes */
+    kv_pool_k(p, a, 1)[3] = 7.0f;
+    kv_block_id h = kv_pool_lookup(p, 42);
+    ASSERT_EQ_I64(h, a);
+    ASSERT_NEAR_F32(kv_pool_k(p, h, 1)[3], 7.0f, 0);
+    ASSERT_EQ_I64(kv_pool_lookup(p, 43), -1);
+    kv_pool_release(p, h);
+    /* allocation takes the free block first, then evicts the cached one */
+    ASSERT_OK(kv_pool_alloc(p, &b, &err));
+    ASSERT_TRUE(b != a);
+    kv_block_id c;
+    ASSERT_OK(kv_pool_alloc(p, &c, &err));
+    ASSERT_EQ_I64(c, a);
+    ASSERT_EQ_I64(kv_pool_lookup(p, 42), -1);
+    ASSERT_EQ_I64(kv_pool_get_stats(p).evictions, 1);
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    kv_pool_destroy(p);
+}
+
+static void test_publish_same_hash_twice_keeps_first(void)
+{
+    kiln_err err;
+    kv_pool *p = make(4);
+    kv_block_id a, b;
+    ASSERT_OK(kv_pool_alloc(p, &a, &err));
+    ASSERT_OK(kv_pool_alloc(p, &b, &err));
+    ASSERT_EQ_I64(kv_pool_publish(p, a, 9), 1);
+    ASSERT_EQ_I64(kv_pool_publish(p, b, 9), 0);
+    kv_pool_release(p, b); /* unpublished: back to FREE */
+    ASSERT_EQ_I64(kv_pool_get_stats(p).n_free, 3);
+    ASSERT_EQ_I64(kv_pool_lookup(p, 9), a);
+    ASSERT_EQ_I64(kv_pool_refcnt(p, a), 2);
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    kv_pool_destroy(p);
+}
+
+static void test_lru_evicts_least_recently_released(void)
+{
+    kiln_err err;
+    kv_pool *p = make(3);
+    kv_block_id b[3];
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(kv_pool_alloc(p, &b[i], &err));
+        kv_pool_publish(p, b[i], 100 + (uint64_t)i);
+    }
+    kv_pool_release(p, b[2]);
+    kv_pool_release(p, b[0]);
+    kv_pool_release(p, b[1]);
+    kv_block_id x;
+    ASSERT_OK(kv_pool_alloc(p, &x, &err));
+    ASSERT_EQ_I64(x, b[2]);
+    ASSERT_EQ_I64(kv_pool_lookup(p, 102), -1);
+    ASSERT_EQ_I64(kv_pool_lookup(p, 100), b[0]);
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    kv_pool_destroy(p);
+}
+
+static void test_hash_chain_depends_on_parent_tokens_and_namespace(void)
+{
+    int32_t t[4] = {1, 2, 3, 4};
+    uint64_t h0 = kv_hash_block(0, 7, t, 4);
+    ASSERT_TRUE(h0 != 0);
+    ASSERT_TRUE(kv_hash_block(1, 7, t, 4) != h0);
+    ASSERT_TRUE(kv_hash_block(0, 8, t, 4) != h0);
+    t[3] = 5;
+    ASSERT_TRUE(kv_hash_block(0, 7, t, 4) != h0);
+}
+
+static void test_bad_config_is_an_error(void)
+{
+    kiln_err err;
+    kv_pool_config c = {.n_blocks = 0, .block_tokens = 4, .n_layers = 1, .n_kv_heads = 1,
+                        .head_dim = 1};
+    kv_pool *p;
+    ASSERT_CODE(kv_pool_create(&c, &p, &err), KILN_E_INVALID);
+    ASSERT_TRUE(p == NULL);
+}
+
+int main(void)
+{
+    RUN(test_alloc_until_full_then_budget_error);
+    RUN(test_release_to_zero_moves_published_block_to_lru);
+    RUN(test_publish_same_hash_twice_keeps_first);
+    RUN(test_lru_evicts_least_recently_released);
+    RUN(test_hash_chain_depends_on_parent_tokens_and_namespace);
+    RUN(test_bad_config_is_an_error);
+    return TEST_DONE();
+}
