@@ -1,9 +1,9 @@
 /*
  * bench_matmul.c — matmul throughput per format on Llama-3.2-1B shapes, plus a
- * streaming-read memory bandwidth probe. Prints one key=value line per
+ * streaming-read memory bandwidth probe (1 GiB, kn_dot over pages, pool threads). Prints one key=value line per
  * configuration; never passes or fails on time.
  *
- *   bench_matmul [--quick] [--isa ref|avx2|auto] [--threads N] [--fmt NAME]
+ *   bench_matmul [--quick] [--isa ref|avx2|auto] [--threads N] [--fmt NAME] [--m ROWS] [--n TOKENS]
  *   bench=membw threads=2 gib=1 gbps=...
  *   bench=matmul isa=avx2 fmt=q4 bits=4 group=64 m=2048 k=2048 n=1 gbps=... gflops=... roofline=...
  */
@@ -14,34 +14,30 @@
 
 #include "kernels/kn_cpu.h"
 #include "kernels/kn_mat.h"
+#include "kernels/kn_ops.h"
 #include "kernels/kn_pool.h"
 #include "util/half.h"
 #include "util/plat.h"
 
 typedef struct {
-    const uint64_t *buf;
-    uint64_t sum[8][8]; /* per tid, padded to a cache line */
+    const float *buf;
+    float sum[8][16]; /* per tid, padded to a cache line */
 } bw_ctx;
 
+/* Items are 4 KiB pages; kn_dot(x, x) streams each page once with the same
+ * SIMD loads the matmul kernels use. */
 static void bw_fn(void *vctx, int64_t b, int64_t e, int tid)
 {
     bw_ctx *c = vctx;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (int64_t i = b * 512; i < e * 512; i += 4) {
-        s0 += c->buf[i];
-        s1 += c->buf[i + 1];
-        s2 += c->buf[i + 2];
-        s3 += c->buf[i + 3];
-    }
-    c->sum[tid][0] += s0 + s1 + s2 + s3;
+    c->sum[tid][0] += kn_dot(c->buf + b * 1024, c->buf + b * 1024, (e - b) * 1024);
 }
 
 /* Streaming read of `bytes` with the pool's threads; best of `reps`. */
 static double membw(kn_pool *pool, size_t bytes, int reps)
 {
-    uint64_t *buf = malloc(bytes);
+    float *buf = malloc(bytes);
     if (!buf) return 0;
-    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i;
+    for (size_t i = 0; i < bytes / 4; i++) buf[i] = (float)(i & 1023) * 1e-3f;
     bw_ctx c;
     memset(&c, 0, sizeof c);
     c.buf = buf;
@@ -53,7 +49,7 @@ static double membw(kn_pool *pool, size_t bytes, int reps)
         double gbps = (double)bytes / dt / 1e9;
         if (gbps > best) best = gbps;
     }
-    if (c.sum[0][0] == 42) fprintf(stderr, "#");
+    if (c.sum[0][0] == 42.0f) fprintf(stderr, "#");
     free(buf);
     return best;
 }
@@ -99,14 +95,17 @@ static void fill_mat(kn_mat *m, void **w, void **s, void **b)
 int main(int argc, char **argv)
 {
     int quick = 0, threads = 2;
+    int64_t only_m = 0, only_n = 0;
     const char *isa = "auto", *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa = argv[++i];
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--fmt") == 0 && i + 1 < argc) only = argv[++i];
+        else if (strcmp(argv[i], "--m") == 0 && i + 1 < argc) only_m = atoll(argv[++i]);
+        else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) only_n = atoll(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--quick] [--isa ref|avx2|auto] [--threads N] [--fmt NAME]\n",
+            fprintf(stderr, "usage: %s [--quick] [--isa ref|avx2|auto] [--threads N] [--fmt NAME] [--m ROWS] [--n TOKENS]\n",
                     argv[0]);
             return 2;
         }
@@ -139,10 +138,12 @@ int main(int argc, char **argv)
                         .bits = fmts[f].bits, .group = 64};
             if (quick) m.rows = 256;
             if (m.fmt == KN_F32 && m.rows > 100000) continue; /* 1 GiB: skip */
+            if (only_m && m.rows != only_m) continue;
             void *w, *s, *b;
             fill_mat(&m, &w, &s, &b);
             for (size_t ni = 0; ni < 2; ni++) {
                 int64_t n = ns[ni];
+                if (only_n && n != only_n) continue;
                 if (quick && n > 8) n = 8;
                 float *x = malloc((size_t)(n * m.cols) * 4), *y = malloc((size_t)(n * m.rows) * 4);
                 for (int64_t i = 0; i < n * m.cols; i++) x[i] = (float)(rnd32() % 1000) * 1e-3f - 0.5f;

@@ -22,4 +22,16 @@ if [ "${KILN_TEST_QUICK:-0}" != 1 ]; then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j "$JOBS" -L 'unit|golden|cli|fuzz-replay')
 fi
+if [ "${KILN_TEST_QUICK:-0}" != 1 ] && command -v clang >/dev/null; then
+  echo "== fuzzers (libFuzzer + ASan/UBSan, ${KILN_FUZZ_SECONDS:-10} s each, from the committed corpus)"
+  CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON >/dev/null
+  cmake --build build-fuzz -j "$JOBS" >/dev/null
+  for f in build-fuzz/fuzz_*; do
+    name=${f##*/fuzz_}
+    work=$(mktemp -d)
+    cp -r "fuzz/corpus/$name/." "$work/" 2>/dev/null || true
+    "$f" -max_total_time="${KILN_FUZZ_SECONDS:-10}" -rss_limit_mb=2048 -print_final_stats=0 "$work" 2>&1 | tail -1
+    rm -rf "$work"
+  done
+fi
 echo "== all tests passed"

@@ -14,6 +14,11 @@ int cli_logits(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
+int cli_serve(int argc, char **argv);
+int cli_get(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+int cli_detokenize(int argc, char **argv);
+int cli_template(int argc, char **argv);
 
 /* Shared helpers (cli_common.c) */
 /* Parses "1,2,3" into a new array (*out, caller frees). Returns 0 or prints and returns 2. */

@@ -19,6 +19,11 @@ static const verb verbs[] = {
     {"bench", cli_bench, "measure prefill/decode speed, load time and RSS"},
     {"info", cli_info, "describe a model snapshot"},
     {"quantize", cli_quantize, "write an MLX affine-quantized copy of a snapshot"},
+    {"serve", cli_serve, "serve a model over an OpenAI-compatible HTTP API"},
+    {"get", cli_get, "download a Hugging Face model snapshot into the local cache"},
+    {"tokenize", cli_tokenize, "encode text with a model's tokenizer.json"},
+    {"detokenize", cli_detokenize, "decode token ids to text"},
+    {"template", cli_template, "render a model's chat template for a conversation"},
 };
 
 static void usage(FILE *f)

@@ -5,6 +5,7 @@
 #include "cli/cli_args.h"
 #include "engine/eng_runtime.h"
 #include "kernels/kn_cpu.h"
+#include "tokenizer/tok.h"
 #include "util/plat.h"
 
 #include <inttypes.h>
@@ -29,16 +30,37 @@ static eng_runtime_opts runtime_opts(int64_t threads, int64_t ctx, int32_t max_s
 /* ---------------------------------------------------------------- generate */
 
 typedef struct {
-    int ids;
     int first;
+    tok_stream *ts; /* NULL: print ids */
 } gen_print;
 
 static int print_token(void *user, int32_t tok, const eng_sample_out *so)
 {
     gen_print *g = user;
-    printf(g->first ? "%d" : ",%d", (int)tok);
+    if (g->ts) {
+        const char *t;
+        size_t n;
+        if (tok_stream_push(g->ts, tok, &t, &n, NULL) == KILN_OK) fwrite(t, 1, n, stdout);
+    } else {
+        printf(g->first ? "%d" : ",%d", (int)tok);
+    }
     g->first = 0;
     fflush(stdout);
+    return 0;
+}
+
+/* Encodes a text prompt with the model's tokenizer (BOS as the tokenizer adds it). */
+static int encode_prompt(const tok_tokenizer *t, const char *prompt, int32_t **ids, int32_t *n)
+{
+    kiln_err err;
+    size_t nn = 0;
+    if (tok_encode(t, prompt, strlen(prompt), TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, ids, &nn, &err))
+        return cli_fail("generate", &err);
+    if (nn == 0) {
+        fprintf(stderr, "kiln generate: the prompt encodes to no tokens\n");
+        return 2;
+    }
+    *n = (int32_t)nn;
     return 0;
 }
 
@@ -70,17 +92,24 @@ int cli_generate(int argc, char **argv)
         fprintf(stderr, "kiln generate: --model and --prompt or --tokens are required\n");
         return 2;
     }
-    if (prompt && !tokens) {
-        fprintf(stderr, "kiln generate: text prompts need the tokenizer; use --tokens\n");
-        return 2;
-    }
-    int32_t *ids_in, n_in;
-    if (cli_parse_ids("generate", tokens, &ids_in, &n_in)) return 2;
     kiln_err err;
+    tok_tokenizer *tk = NULL;
+    if ((prompt || !ids) && tok_load(model, &tk, &err)) {
+        if (prompt) return cli_fail("generate", &err);
+        ids = 1; /* no tokenizer: print ids */
+    }
+    int32_t *ids_in = NULL, n_in = 0;
+    int perr = tokens ? cli_parse_ids("generate", tokens, &ids_in, &n_in)
+                      : encode_prompt(tk, prompt, &ids_in, &n_in);
+    if (perr) {
+        tok_destroy(tk);
+        return perr;
+    }
     eng_runtime_opts o = runtime_opts(threads, ctx, 1);
     eng_runtime *rt;
     if (eng_runtime_open(model, &o, &rt, &err)) {
         free(ids_in);
+        tok_destroy(tk);
         return cli_fail("generate", &err);
     }
     eng_sampling sp = eng_sampling_default();
@@ -90,12 +119,26 @@ int cli_generate(int argc, char **argv)
     sp.min_p = (float)min_p;
     sp.repetition_penalty = (float)rep;
     sp.seed = (uint64_t)seed;
-    gen_print g = {.ids = ids, .first = 1};
+    gen_print g = {.first = 1};
+    if (!ids && tok_stream_create(tk, TOK_SKIP_SPECIAL, &g.ts, &err)) {
+        free(ids_in);
+        tok_destroy(tk);
+        eng_runtime_close(rt);
+        return cli_fail("generate", &err);
+    }
+    if (g.ts && prompt) fputs(prompt, stdout);
     eng_gen_result res;
     kiln_code rc = eng_generate(rt, ids_in, n_in, &sp, (int32_t)max_tokens, ignore_eos,
                                 print_token, &g, &res, &err);
+    if (g.ts) {
+        const char *t;
+        size_t n;
+        if (tok_stream_flush(g.ts, &t, &n, NULL) == KILN_OK) fwrite(t, 1, n, stdout);
+        tok_stream_destroy(g.ts);
+    }
     printf("\n");
     free(ids_in);
+    tok_destroy(tk);
     eng_runtime_close(rt);
     return rc ? cli_fail("generate", &err) : 0;
 }
@@ -128,7 +171,7 @@ int cli_logits(int argc, char **argv)
     kiln_err err;
     eng_runtime_opts o = runtime_opts(threads, ctx, 1);
     if (chunk > 0) o.max_step_tokens = (int32_t)chunk;
-    if (o.ctx <= 0 || o.ctx < n) o.ctx = n > 4096 ? n : 0;
+    if (o.ctx < n) o.ctx = n; /* logits may run past max_position_embeddings (dynamic rope) */
     eng_runtime *rt = NULL;
     eng_seq *s = NULL;
     float *rows = NULL;

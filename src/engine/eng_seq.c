@@ -164,6 +164,7 @@ kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n
             .pos0 = s->n_cached,
             .blocks = s->blocks,
             .n_logits = it->n_logits,
+            .rope_len = s->n_tokens, /* every known token: chunking never changes RoPE */
         };
     }
     kiln_code rc = mdl_forward(cx, kv, seqs, n_items, logits, err);

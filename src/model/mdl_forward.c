@@ -326,8 +326,8 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
             kn_mat_row(&m->embed, sq->tokens[j], s.x + t * H);
             if (m->embed_scale != 1.0f)
                 for (int64_t d = 0; d < H; d++) s.x[t * H + d] *= m->embed_scale;
-            mdl_rope_cos_sin(&m->rope, c, sq->pos0 + j, (int64_t)sq->pos0 + sq->n_tokens,
-                             s.cs + t * rot);
+            int64_t rope_len = sq->rope_len > 0 ? sq->rope_len : (int64_t)sq->pos0 + sq->n_tokens;
+            mdl_rope_cos_sin(&m->rope, c, sq->pos0 + j, rope_len, s.cs + t * rot);
         }
     }
     for (int32_t L = 0; L < (int32_t)c->n_layers; L++) layer_forward(&s, L);

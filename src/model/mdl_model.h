@@ -33,6 +33,9 @@ typedef struct {
     int32_t pos0;              /* position of tokens[0] */
     const kv_block_id *blocks; /* BORROWED block table covering [0, pos0 + n_tokens) */
     int32_t n_logits;          /* logits for the last n_logits tokens, 0..n_tokens */
+    int32_t rope_len;          /* sequence length dynamic-NTK RoPE scales for (HF uses the
+                                  length of the forward: the whole prompt at prefill, pos+1
+                                  when decoding); 0 = pos0 + n_tokens */
 } mdl_seq;
 
 typedef struct {

@@ -1,115 +1,14 @@
 /*
- * plat_linux.c — plat.h on Linux (and, where the calls are POSIX, anywhere).
+ * plat_linux.c — memory figures on Linux, from /proc/self/status.
  */
 #if defined(__linux__)
-#define _GNU_SOURCE
 #include "util/plat.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-
-kiln_code plat_map_file(const char *path, plat_map *out, kiln_err *err)
-{
-    out->data = NULL;
-    out->size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kiln_fail(err, errno == ENOENT ? KILN_E_NOT_FOUND : KILN_E_IO,
-                                 "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return kiln_fail(err, KILN_E_IO, "%s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return kiln_fail(err, KILN_E_IO, "%s: not a regular file", path);
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        return KILN_OK;
-    }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (p == MAP_FAILED) return kiln_fail(err, KILN_E_IO, "%s: mmap: %s", path, strerror(e));
-    out->data = p;
-    out->size = (size_t)st.st_size;
-    return KILN_OK;
-}
-
-void plat_unmap(plat_map *m)
-{
-    if (m && m->data) munmap((void *)m->data, m->size);
-    if (m) {
-        m->data = NULL;
-        m->size = 0;
-    }
-}
-
-kiln_code plat_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
-                         kiln_err *err)
-{
-    *out = NULL;
-    if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return kiln_fail(err, errno == ENOENT ? KILN_E_NOT_FOUND : KILN_E_IO, "%s: %s",
-                             path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return kiln_fail(err, KILN_E_IO, "%s: not a readable regular file", path);
-    }
-    if ((uint64_t)st.st_size > max_bytes) {
-        fclose(f);
-        return kiln_fail(err, KILN_E_TOO_LARGE, "%s: %lld bytes is over the %zu-byte limit", path,
-                         (long long)st.st_size, max_bytes);
-    }
-    size_t n = (size_t)st.st_size;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        fclose(f);
-        return kiln_fail(err, KILN_E_NOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
-    }
-    size_t got = n ? fread(buf, 1, n, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (got != n || bad) {
-        free(buf);
-        return kiln_fail(err, KILN_E_IO, "%s: short read (%zu of %zu bytes)", path, got, n);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    if (len) *len = n;
-    return KILN_OK;
-}
-
-int plat_cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : (int)n;
-}
-
-size_t plat_page_size(void)
-{
-    long n = sysconf(_SC_PAGESIZE);
-    return n < 1 ? 4096 : (size_t)n;
-}
-
-double plat_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t status_kb(const char *key)
 {
@@ -148,17 +47,6 @@ uint64_t plat_total_memory(void)
     return pages > 0 ? (uint64_t)pages * plat_page_size() : 0;
 }
 
-int plat_is_dir(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-int plat_is_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
 #else
 typedef int plat_linux_unused; /* ISO C forbids an empty translation unit */
 #endif

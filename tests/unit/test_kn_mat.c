@@ -267,6 +267,49 @@ static void test_large_row_count_splits_over_threads(void)
     }
 }
 
+/* Many tokens (several token blocks), wide rows (several column slabs, fewer
+ * tokens per block when groups are many): each row still equals n = 1. */
+static int prefill_equals_decode(const test_mat *t, const char *v, int64_t n)
+{
+    kiln_err err;
+    kn_init(v, &err);
+    const kn_mat *W = &t->m;
+    float *x = rnd_vec(n * W->cols);
+    float *y = malloc((size_t)(n * W->rows) * 4), *y1 = malloc((size_t)W->rows * 4);
+    kn_matmul(pools[1], W, x, n, y);
+    int ok = 1;
+    for (int64_t tt = 0; tt < n && ok; tt++) {
+        kn_matmul(NULL, W, x + tt * W->cols, 1, y1);
+        if (memcmp(y1, y + tt * W->rows, (size_t)W->rows * 4) != 0) {
+            fprintf(stderr, "  %s fmt=%d bits=%d n=%" PRId64 ": token %" PRId64 " differs\n", v,
+                    W->fmt, W->bits, n, tt);
+            ok = 0;
+        }
+    }
+    free(x);
+    free(y);
+    free(y1);
+    return ok;
+}
+
+static void test_prefill_blocks_and_slabs_match_decode_bitwise(void)
+{
+    for (size_t v = 0; v < 2; v++) {
+        if (!variant_ok(variants[v])) continue;
+        test_mat a = make_mat(KN_QAFFINE, 37, 640, KN_BF16, 4, 64);
+        test_mat b = make_mat(KN_QAFFINE, 5, 8192, KN_F16, 3, 32);
+        test_mat c = make_mat(KN_BF16, 21, 777, KN_F32, 0, 0);
+        test_mat d = make_mat(KN_QAFFINE, 19, 512, KN_F32, 8, 128);
+        int ok = prefill_equals_decode(&a, variants[v], 50) && prefill_equals_decode(&b, variants[v], 31) &&
+                 prefill_equals_decode(&c, variants[v], 49) && prefill_equals_decode(&d, variants[v], 26);
+        free_mat(&a);
+        free_mat(&b);
+        free_mat(&c);
+        free_mat(&d);
+        if (!ok) TEST_FAIL_("variant %s", variants[v]);
+    }
+}
+
 int main(void)
 {
     kiln_err err;
@@ -278,6 +321,7 @@ int main(void)
     RUN(test_mat_row_is_the_exact_dequantization);
     RUN(test_mat_bytes_counts_weights_scales_biases);
     RUN(test_large_row_count_splits_over_threads);
+    RUN(test_prefill_blocks_and_slabs_match_decode_bitwise);
     for (int i = 0; i < 3; i++) kn_pool_destroy(pools[i]);
     return TEST_DONE();
 }

@@ -4,7 +4,9 @@
  * scores = scale · q·k (8-lane FMA over head_dim, masked tail, fixed hsum),
  * optional softcap, then exp(s - max) vectorized over the score row, Σ in
  * 8-lane chunks from the row start, V accumulated with FMA, times 1/Σ.
- * Nothing depends on n_q, h0/h1 or threads (batch invariance).
+ * Query heads sharing a KV head run together (K/V rows loaded once), each
+ * with exactly the single-head arithmetic, so nothing depends on n_q, h0/h1
+ * or threads (batch invariance).
  */
 #if defined(__x86_64__)
 #include <math.h>
@@ -29,58 +31,87 @@ static inline float dot_hd(const float *q, const float *k, int32_t hd, __m256i t
     return kn_hsum256(acc);
 }
 
-static void attn_one(const kn_attn_args *a, int32_t i, int32_t h, float *scores, float *acc)
+#define GMAX 8 /* query heads of one KV head processed together (K/V read once) */
+
+/* Heads [h, h+G) share KV head kvh: each key and value row is loaded once for
+ * all G heads; per head the arithmetic is exactly the single-head sequence. */
+static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float *scratch)
 {
-    int32_t hd = a->head_dim, p = a->pos0 + i;
+    int32_t hd = a->head_dim, p = a->pos0 + i, rowlen = a->pos0 + a->n_q;
     int32_t kvh = h / (a->n_heads / a->n_kv_heads);
     int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0, nk = p - lo + 1;
-    const float *q = a->q + ((int64_t)i * a->n_heads + h) * hd;
+    float *acc = scratch;                           /* [GMAX][hd + 8] */
+    float *scores = scratch + GMAX * (hd + 8);       /* [GMAX][rowlen] */
+    const float *q[GMAX];
+    float m[GMAX];
     __m256i tail = kn_tail_mask(hd & 7);
-    float m = -INFINITY;
+    for (int g = 0; g < G; g++) {
+        q[g] = a->q + ((int64_t)i * a->n_heads + h + g) * hd;
+        m[g] = -INFINITY;
+    }
     for (int32_t j = lo; j <= p; j++) {
-        float s = dot_hd(q, kv_at(a->k_blocks, a, j, kvh), hd, tail) * a->scale;
-        if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
-        scores[j - lo] = s;
-        m = s > m ? s : m;
+        const float *k = kv_at(a->k_blocks, a, j, kvh);
+        for (int g = 0; g < G; g++) {
+            float s = dot_hd(q[g], k, hd, tail) * a->scale;
+            if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
+            scores[g * rowlen + j - lo] = s;
+            m[g] = s > m[g] ? s : m[g];
+        }
     }
-    __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
-    int32_t j = 0;
-    for (; j + 8 <= nk; j += 8) {
-        __m256 e = kn_exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j), mv));
-        _mm256_storeu_ps(scores + j, e);
-        sum = _mm256_add_ps(sum, e);
+    float inv[GMAX];
+    for (int g = 0; g < G; g++) {
+        float *sc = scores + g * rowlen;
+        __m256 mv = _mm256_set1_ps(m[g]), sum = _mm256_setzero_ps();
+        int32_t j = 0;
+        for (; j + 8 <= nk; j += 8) {
+            __m256 e = kn_exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv));
+            _mm256_storeu_ps(sc + j, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        if (j < nk) {
+            __m256i t = kn_tail_mask(nk - j);
+            __m256 e = kn_exp256(_mm256_sub_ps(_mm256_maskload_ps(sc + j, t), mv));
+            e = _mm256_and_ps(e, _mm256_castsi256_ps(t));
+            _mm256_maskstore_ps(sc + j, t, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        inv[g] = 1.0f / kn_hsum256(sum);
     }
-    if (j < nk) {
-        __m256i t = kn_tail_mask(nk - j);
-        __m256 e = kn_exp256(_mm256_sub_ps(_mm256_maskload_ps(scores + j, t), mv));
-        e = _mm256_and_ps(e, _mm256_castsi256_ps(t));
-        _mm256_maskstore_ps(scores + j, t, e);
-        sum = _mm256_add_ps(sum, e);
-    }
-    memset(acc, 0, sizeof(float) * (size_t)(hd + 8));
+    memset(acc, 0, sizeof(float) * (size_t)(GMAX * (hd + 8)));
     int32_t h8 = hd & ~7;
     for (int32_t jj = lo; jj <= p; jj++) {
-        __m256 w = _mm256_set1_ps(scores[jj - lo]);
         const float *v = kv_at(a->v_blocks, a, jj, kvh);
-        int32_t e = 0;
-        for (; e < h8; e += 8)
-            _mm256_storeu_ps(acc + e, _mm256_fmadd_ps(w, _mm256_loadu_ps(v + e), _mm256_loadu_ps(acc + e)));
-        if (e < hd)
-            _mm256_storeu_ps(acc + e, _mm256_fmadd_ps(w, _mm256_maskload_ps(v + e, tail), _mm256_loadu_ps(acc + e)));
+        for (int g = 0; g < G; g++) {
+            __m256 w = _mm256_set1_ps(scores[g * rowlen + jj - lo]);
+            float *ac = acc + g * (hd + 8);
+            int32_t e = 0;
+            for (; e < h8; e += 8)
+                _mm256_storeu_ps(ac + e, _mm256_fmadd_ps(w, _mm256_loadu_ps(v + e), _mm256_loadu_ps(ac + e)));
+            if (e < hd)
+                _mm256_storeu_ps(ac + e, _mm256_fmadd_ps(w, _mm256_maskload_ps(v + e, tail), _mm256_loadu_ps(ac + e)));
+        }
     }
-    __m256 inv = _mm256_set1_ps(1.0f / kn_hsum256(sum));
-    float *o = a->out + ((int64_t)i * a->n_heads + h) * hd;
-    int32_t e = 0;
-    for (; e < h8; e += 8) _mm256_storeu_ps(o + e, _mm256_mul_ps(_mm256_loadu_ps(acc + e), inv));
-    if (e < hd) _mm256_maskstore_ps(o + e, tail, _mm256_mul_ps(_mm256_loadu_ps(acc + e), inv));
+    for (int g = 0; g < G; g++) {
+        __m256 iv = _mm256_set1_ps(inv[g]);
+        const float *ac = acc + g * (hd + 8);
+        float *o = a->out + ((int64_t)i * a->n_heads + h + g) * hd;
+        int32_t e = 0;
+        for (; e < h8; e += 8) _mm256_storeu_ps(o + e, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
+        if (e < hd) _mm256_maskstore_ps(o + e, tail, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
+    }
 }
 
 static void attn_heads_avx2(const kn_attn_args *a, int32_t h0, int32_t h1, float *scratch)
 {
-    float *acc = scratch;                      /* [head_dim + 8] */
-    float *scores = scratch + a->head_dim + 8; /* [pos0 + n_q] */
+    int32_t per_kv = a->n_heads / a->n_kv_heads;
     for (int32_t i = 0; i < a->n_q; i++)
-        for (int32_t h = h0; h < h1; h++) attn_one(a, i, h, scores, acc);
+        for (int32_t h = h0; h < h1;) {
+            int32_t end = (h / per_kv + 1) * per_kv; /* first head of the next KV head */
+            if (end > h1) end = h1;
+            if (end > h + GMAX) end = h + GMAX;
+            attn_group(a, i, h, (int)(end - h), scratch);
+            h = end;
+        }
 }
 
 void kn_avx2_install_attn(kn_ops *t)

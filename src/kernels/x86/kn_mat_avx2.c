@@ -1,6 +1,7 @@
 /*
  * kn_mat_avx2.c — AVX2+FMA+F16C matmul for f32, f16, bf16 and MLX affine
- * (every bit width; 4 and 8 bits have their own code decoders).
+ * (every bit width; 4 and 8 bits have their own code decoders, 2/3/5/6 share
+ * a byte-shuffle one).
  *
  * Fixed reduction per (t, r) — the batch-invariance contract — whatever n,
  * the tile or the thread split:
@@ -30,9 +31,10 @@
 #define AI static inline __attribute__((always_inline))
 
 #define RB 16     /* prefill rows per slab */
-#define KC 128    /* prefill columns per slab: a multiple of every group size */
+#define KC 256    /* prefill columns per slab: a multiple of every group size */
 #define TB_MAX 24 /* prefill tokens per block (a multiple of the tile's 3) */
-#define XSUM_MAX 8192
+#define XSUM_MAX 4096
+#define PF_BYTES 16384 /* decode: prefetch at least this far ahead, in whole row tiles */
 
 /* ---------------------------------------------------------------- loaders */
 
@@ -68,8 +70,28 @@ static int64_t esize(kn_fmt fmt)
     return fmt == KN_F32 ? 4 : 2;
 }
 
-/* Codes of chunk k (8 codes = `bits` bytes, starting at byte bits*k of the group). */
-AI __m256 dec8(const uint8_t *g, int64_t k, const int bits)
+/* Codes of chunk k of a group as f32 lanes, when at least 8 bytes are readable
+ * from the chunk start (always, except at the very end of the matrix): one
+ * qword broadcast, a byte shuffle that gives lane j the two bytes holding code
+ * j, then a per-lane shift and mask. */
+#define SB(j) (char)(((j) * bits) >> 3), (char)((((j) * bits) >> 3) + 1), (char)-128, (char)-128
+AI __m256 dec8_fast(const uint8_t *p, const int bits)
+{
+    int64_t v;
+    memcpy(&v, p, 8);
+    const __m256i ctl = _mm256_setr_epi8(SB(0), SB(1), SB(2), SB(3), SB(4), SB(5), SB(6), SB(7));
+    const __m256i sh = _mm256_setr_epi32((0 * bits) & 7, (1 * bits) & 7, (2 * bits) & 7, (3 * bits) & 7,
+                                         (4 * bits) & 7, (5 * bits) & 7, (6 * bits) & 7, (7 * bits) & 7);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi64x(v), ctl);
+    b = _mm256_and_si256(_mm256_srlv_epi32(b, sh), _mm256_set1_epi32((1 << bits) - 1));
+    return _mm256_cvtepi32_ps(b);
+}
+#undef SB
+
+/* Codes of chunk k (8 codes = `bits` bytes, starting at byte bits*k of the
+ * group). `fast`: 8 bytes are readable from every chunk start (false only for
+ * the matrix's last row, whose last chunks end at the tensor's end). */
+AI __m256 dec8(const uint8_t *g, int64_t k, const int bits, const int fast)
 {
     if (bits == 8)
         return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + 8 * k))));
@@ -79,6 +101,7 @@ AI __m256 dec8(const uint8_t *g, int64_t k, const int bits)
         __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
         return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
     }
+    if (fast) return dec8_fast(g + bits * k, bits);
     /* whole loads only: a partial memcpy into a wider local stalls store forwarding */
     const uint8_t *p = g + bits * k;
     uint64_t v;
@@ -173,6 +196,11 @@ static float float_tail(const void *row, kn_fmt fmt, const float *x, int64_t c8,
 
 /* ---------------------------------------------------------------- decode (n == 1) */
 
+static inline int64_t pf_tiles(int64_t tile_bytes)
+{
+    return tile_bytes >= PF_BYTES ? 1 : (PF_BYTES + tile_bytes - 1) / tile_bytes;
+}
+
 AI void dec_float(const kn_mat *W, const float *x, float *y, int64_t r, const int R, const kn_fmt fmt)
 {
     const int64_t cols = W->cols, c8 = cols & ~(int64_t)7, rs = cols * esize(fmt);
@@ -180,7 +208,13 @@ AI void dec_float(const kn_mat *W, const float *x, float *y, int64_t r, const in
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
+    /* rows are contiguous: stream a tile ~PF_BYTES ahead into cache in step with
+     * this one (short per-row streams defeat the hardware prefetcher) */
+    const uintptr_t pf = (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs); /* may pass the end */
+    const int64_t pf_step = 8 * R * esize(fmt);
     for (int64_t c = 0; c < c8; c += 8) {
+        for (int64_t o = 0; o < pf_step; o += 64)
+            _mm_prefetch((const char *)(pf + (uintptr_t)(c / 8 * pf_step + o)), _MM_HINT_T0);
         __m256 xv = _mm256_loadu_ps(x + c);
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) acc[i] = _mm256_fmadd_ps(ld_w(w0 + i * rs, c, fmt), xv, acc[i]);
@@ -190,7 +224,7 @@ AI void dec_float(const kn_mat *W, const float *x, float *y, int64_t r, const in
 }
 
 AI void dec_q(const kn_mat *W, const float *x, const float *xsum, float *y, int64_t r, const int R,
-              const int bits)
+              const int bits, const int fast)
 {
     const int64_t cols = W->cols, gs = W->group, ng = cols / gs, nck = gs / 8;
     const int64_t rs = cols * bits / 8, gbytes = gs * bits / 8;
@@ -199,7 +233,10 @@ AI void dec_q(const kn_mat *W, const float *x, const float *xsum, float *y, int6
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
+    const uintptr_t pf = (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs); /* as in dec_float */
     for (int64_t g = 0; g < ng; g++) {
+        for (int64_t o = 0; o < R * gbytes; o += 64)
+            _mm_prefetch((const char *)(pf + (uintptr_t)(g * R * gbytes + o)), _MM_HINT_T0);
         __m256 s[4];
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) s[i] = _mm256_set1_ps(ld_sf(W->scales, sf, (r + i) * ng + g));
@@ -214,8 +251,8 @@ AI void dec_q(const kn_mat *W, const float *x, const float *xsum, float *y, int6
                 if (bits == 4) {
                     q4_pair(gp, k, &qa, &qb);
                 } else {
-                    qa = dec8(gp, k, bits);
-                    qb = dec8(gp, k + 1, bits);
+                    qa = dec8(gp, k, bits, fast);
+                    qb = dec8(gp, k + 1, bits, fast);
                 }
                 acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(qa, s[i]), xa, acc[i]);
                 acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(qb, s[i]), xb, acc[i]);
@@ -301,9 +338,12 @@ AI void deq_slab_q(const kn_mat *W, int64_t r, int nr, int64_t kb, int64_t kc, f
                 __m256 qa, qb;
                 if (bits == 4) {
                     q4_pair(gp, k, &qa, &qb);
+                } else if (r + i + 1 < W->rows) {
+                    qa = dec8(gp, k, bits, 1);
+                    qb = dec8(gp, k + 1, bits, 1);
                 } else {
-                    qa = dec8(gp, k, bits);
-                    qb = dec8(gp, k + 1, bits);
+                    qa = dec8(gp, k, bits, 0);
+                    qb = dec8(gp, k + 1, bits, 0);
                 }
                 _mm256_storeu_ps(o + (c0 - kb) + 8 * k, _mm256_mul_ps(qa, s));
                 _mm256_storeu_ps(o + (c0 - kb) + 8 * k + 8, _mm256_mul_ps(qb, s));
@@ -331,11 +371,12 @@ AI void pf_q(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, i
     __m256 accm[RB * TB_MAX];
     const float *wp[RB], *xp[TB_MAX];
     for (int i = 0; i < RB; i++) wp[i] = wbuf + i * KC;
-    for (int64_t rb = r0; rb < r1; rb += RB) {
-        int nr = (int)(r1 - rb < RB ? r1 - rb : RB);
-        for (int64_t t0 = 0; t0 < n; t0 += tb) {
-            int nt = (int)(n - t0 < tb ? n - t0 : tb);
-            for (int j = 0; j < nt; j++) group_sums(x + (t0 + j) * cols, cols, gs, xsum + j * ng);
+    /* token block outside: its rows of x stay in L2 while every row slab passes */
+    for (int64_t t0 = 0; t0 < n; t0 += tb) {
+        int nt = (int)(n - t0 < tb ? n - t0 : tb);
+        for (int j = 0; j < nt; j++) group_sums(x + (t0 + j) * cols, cols, gs, xsum + j * ng);
+        for (int64_t rb = r0; rb < r1; rb += RB) {
+            int nr = (int)(r1 - rb < RB ? r1 - rb : RB);
             for (int i = 0; i < nr * TB_MAX; i++) accm[i] = _mm256_setzero_ps();
             for (int64_t kb = 0; kb < cols; kb += KC) {
                 int64_t kc = cols - kb < KC ? cols - kb : KC;
@@ -373,10 +414,10 @@ AI void pf_float(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r
     float wbuf[RB * KC] __attribute__((aligned(32)));
     __m256 accm[RB * TB_MAX];
     const float *wp[RB], *xp[TB_MAX];
-    for (int64_t rb = r0; rb < r1; rb += RB) {
-        int nr = (int)(r1 - rb < RB ? r1 - rb : RB);
-        for (int64_t t0 = 0; t0 < n; t0 += TB_MAX) {
-            int nt = (int)(n - t0 < TB_MAX ? n - t0 : TB_MAX);
+    for (int64_t t0 = 0; t0 < n; t0 += TB_MAX) { /* as in pf_q */
+        int nt = (int)(n - t0 < TB_MAX ? n - t0 : TB_MAX);
+        for (int64_t rb = r0; rb < r1; rb += RB) {
+            int nr = (int)(r1 - rb < RB ? r1 - rb : RB);
             for (int i = 0; i < nr * TB_MAX; i++) accm[i] = _mm256_setzero_ps();
             for (int64_t kb = 0; kb < c8; kb += KC) {
                 int64_t kc = c8 - kb < KC ? c8 - kb : KC;
@@ -432,7 +473,10 @@ DEF_FLOAT(mm_bf16, KN_BF16)
             float xsum[XSUM_MAX];                                                                  \
             KILN_ASSERT(W->cols / W->group <= XSUM_MAX);                                           \
             group_sums(x, W->cols, W->group, xsum);                                                \
-            DEC_ROWS(dec_q(W, x, xsum, y, r, 4, b), dec_q(W, x, xsum, y, r, 1, b));                \
+            DEC_ROWS(r + 4 < W->rows ? dec_q(W, x, xsum, y, r, 4, b, 1)                          \
+                                     : dec_q(W, x, xsum, y, r, 4, b, 0),                          \
+                     r + 1 < W->rows ? dec_q(W, x, xsum, y, r, 1, b, 1)                           \
+                                     : dec_q(W, x, xsum, y, r, 1, b, 0));                         \
         } else {                                                                                   \
             pf_q(W, x, n, y, r0, r1, b);                                                           \
         }                                                                                          \

@@ -1,0 +1,742 @@
+/*
+ * eng_engine.c — the engine thread: admission, continuous batching, sampling,
+ * detokenization with stop strings, events to client threads.
+ *
+ * A request's life (the function that moves it):
+ *   WAITING  -> RUNNING   engine_admit()     a batch slot and KV room for its prompt
+ *   RUNNING  -> WAITING   engine_preempt()   the KV pool ran dry: its blocks are
+ *                                            released (published ones stay cached)
+ *   RUNNING  -> FINISHED  req_finish()       EOS, stop string, length, cancel, error
+ * Each step (engine_step): every running sequence with one pending token
+ * decodes; sequences still prefilling get chunks of at most prefill_chunk
+ * tokens while the step's token budget lasts. One eng_step_run for all.
+ *
+ * Invariants:
+ *   (1) a handle is referenced by the client until eng_handle_release and by the
+ *       engine from eng_submit until its DONE/ERROR event is queued
+ *   (2) text emitted never contains a prefix of a stop string that could still
+ *       complete: hold-back keeps the longest suffix that is a stop prefix
+ *   (3) only the engine thread touches seq, rng, stream, and the running list
+ * Threads: client threads call eng_submit / eng_handle_*; e->mu guards the wait
+ * queue and stats, h->mu guards a handle's event queue.
+ */
+#include "engine/eng_engine.h"
+#include "util/kiln_assert.h"
+#include "util/kiln_log.h"
+#include "util/plat.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct eng_handle {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;              /* under mu: client + engine */
+    eng_event *evq;        /* OWNED ring of events, under mu */
+    size_t ev_head, ev_count, ev_cap;
+    int ended;             /* DONE/ERROR queued */
+    int drained;           /* DONE/ERROR handed to the client */
+    _Atomic int cancel;
+    /* the request, copied at submit */
+    eng_params p;
+    int32_t *prompt;       /* OWNED */
+    eng_bias *bias;        /* OWNED */
+    char *stops[ENG_MAX_STOP]; /* OWNED */
+    int32_t *stop_ids;     /* OWNED */
+    /* engine-thread state */
+    eng_seq *seq;          /* OWNED while running */
+    tok_stream *ts;        /* OWNED while running */
+    eng_rng rng;
+    char *hold;            /* OWNED: decoded text not yet emitted (stop-string hold-back) */
+    size_t hold_len, hold_cap;
+    int32_t n_generated, cached_tokens;
+    int admitted_once;
+    eng_handle *next;      /* wait queue link, under e->mu */
+    double t_submit;
+};
+
+struct eng_engine {
+    eng_runtime *rt;           /* BORROWED */
+    const tok_tokenizer *tok;  /* BORROWED */
+    eng_engine_opts o;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stopping;              /* under mu */
+    eng_handle *wait_head, *wait_tail; /* under mu */
+    int32_t n_waiting;         /* under mu */
+    eng_handle **running;      /* OWNED array [max_seqs], engine thread */
+    int32_t n_running;
+    eng_step_item *items;      /* OWNED [max_seqs] */
+    eng_handle **owners;       /* OWNED [max_seqs]: the handle of each item */
+    eng_stats stats;           /* under mu */
+};
+
+/* ---------------------------------------------------------------- handles and events */
+
+eng_params eng_params_default(void)
+{
+    eng_params p;
+    memset(&p, 0, sizeof p);
+    p.max_tokens = 256;
+    p.sp = eng_sampling_default();
+    p.skip_special = true;
+    return p;
+}
+
+eng_engine_opts eng_engine_opts_default(void)
+{
+    eng_engine_opts o = {.max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256};
+    return o;
+}
+
+const char *eng_finish_name(eng_finish f)
+{
+    switch (f) {
+    case ENG_FINISH_STOP: return "stop";
+    case ENG_FINISH_LENGTH: return "length";
+    case ENG_FINISH_CANCELLED: return "cancelled";
+    case ENG_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+void eng_event_clear(eng_event *ev)
+{
+    if (!ev) return;
+    free(ev->text);
+    ev->text = NULL;
+    ev->text_len = 0;
+}
+
+static void handle_free(eng_handle *h)
+{
+    for (size_t i = 0; i < h->ev_count; i++) eng_event_clear(&h->evq[(h->ev_head + i) % h->ev_cap]);
+    free(h->evq);
+    free(h->prompt);
+    free(h->bias);
+    for (int i = 0; i < ENG_MAX_STOP; i++) free(h->stops[i]);
+    free(h->stop_ids);
+    free(h->hold);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+}
+
+static void handle_unref(eng_handle *h)
+{
+    pthread_mutex_lock(&h->mu);
+    int left = --h->refs;
+    pthread_mutex_unlock(&h->mu);
+    if (left == 0) handle_free(h);
+}
+
+/* Queues an event (takes ownership of ev->text). Never fails: when memory for
+ * the ring runs out the event's text is dropped and an ERROR replaces a DONE. */
+static void handle_push(eng_handle *h, eng_event *ev)
+{
+    pthread_mutex_lock(&h->mu);
+    if (h->ev_count == h->ev_cap) {
+        size_t nc = h->ev_cap ? h->ev_cap * 2 : 16;
+        eng_event *nq = malloc(nc * sizeof *nq);
+        if (nq) {
+            for (size_t i = 0; i < h->ev_count; i++) nq[i] = h->evq[(h->ev_head + i) % h->ev_cap];
+            free(h->evq);
+            h->evq = nq;
+            h->ev_head = 0;
+            h->ev_cap = nc;
+        }
+    }
+    if (h->ev_count < h->ev_cap) {
+        h->evq[(h->ev_head + h->ev_count) % h->ev_cap] = *ev;
+        h->ev_count++;
+    } else {
+        free(ev->text); /* out of memory: the client sees a gap, never a crash */
+    }
+    if (ev->kind != ENG_EV_TOKEN) h->ended = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+int eng_handle_next(eng_handle *h, eng_event *ev, int timeout_ms)
+{
+    memset(ev, 0, sizeof *ev);
+    struct timespec dl;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&h->mu);
+    while (h->ev_count == 0 && !h->drained) {
+        if (timeout_ms < 0) pthread_cond_wait(&h->cv, &h->mu);
+        else if (pthread_cond_timedwait(&h->cv, &h->mu, &dl) == ETIMEDOUT) {
+            pthread_mutex_unlock(&h->mu);
+            return 1;
+        }
+    }
+    if (h->ev_count == 0) {
+        pthread_mutex_unlock(&h->mu);
+        return -1;
+    }
+    *ev = h->evq[h->ev_head];
+    h->ev_head = (h->ev_head + 1) % h->ev_cap;
+    h->ev_count--;
+    if (ev->kind != ENG_EV_TOKEN) h->drained = 1;
+    pthread_mutex_unlock(&h->mu);
+    return 0;
+}
+
+void eng_handle_cancel(eng_handle *h)
+{
+    atomic_store(&h->cancel, 1);
+}
+
+void eng_handle_release(eng_handle *h)
+{
+    if (!h) return;
+    atomic_store(&h->cancel, 1);
+    handle_unref(h);
+}
+
+/* ---------------------------------------------------------------- submit */
+
+static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
+{
+    h->p = *p;
+    h->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
+    if (!h->prompt) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+    memcpy(h->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+    h->p.prompt = h->prompt;
+    if (p->sp.n_bias > 0) {
+        h->bias = malloc(sizeof(eng_bias) * (size_t)p->sp.n_bias);
+        if (!h->bias) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+        memcpy(h->bias, p->sp.logit_bias, sizeof(eng_bias) * (size_t)p->sp.n_bias);
+    }
+    h->p.sp.logit_bias = h->bias;
+    for (int i = 0; i < p->n_stop; i++) {
+        h->stops[i] = strdup(p->stop[i]);
+        if (!h->stops[i]) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+        h->p.stop[i] = h->stops[i];
+    }
+    if (p->n_stop_ids > 0) {
+        h->stop_ids = malloc(sizeof(int32_t) * (size_t)p->n_stop_ids);
+        if (!h->stop_ids) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+        memcpy(h->stop_ids, p->stop_ids, sizeof(int32_t) * (size_t)p->n_stop_ids);
+    }
+    h->p.stop_ids = h->stop_ids;
+    return KILN_OK;
+}
+
+static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *err)
+{
+    int64_t vocab = mdl_vocab(e->rt->model);
+    int32_t ctx = e->rt->o.ctx;
+    if (p->n_prompt < 1) return kiln_fail(err, KILN_E_INVALID, "the prompt is empty");
+    if (p->n_prompt >= ctx)
+        return kiln_fail(err, KILN_E_INVALID,
+                         "the prompt (%d tokens) leaves no room in the context (%d tokens)",
+                         (int)p->n_prompt, (int)ctx);
+    for (int32_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= vocab)
+            return kiln_fail(err, KILN_E_INVALID, "prompt token %d is out of range (vocab %lld)",
+                             (int)p->prompt[i], (long long)vocab);
+    if (p->max_tokens < 1)
+        return kiln_fail(err, KILN_E_INVALID, "max_tokens must be >= 1, got %d", (int)p->max_tokens);
+    if (p->n_stop < 0 || p->n_stop > ENG_MAX_STOP)
+        return kiln_fail(err, KILN_E_INVALID, "at most %d stop strings", ENG_MAX_STOP);
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !p->stop[i][0])
+            return kiln_fail(err, KILN_E_INVALID, "stop strings must not be empty");
+    return eng_sampling_validate(&p->sp, vocab, err);
+}
+
+kiln_code eng_submit(eng_engine *e, const eng_params *p, eng_handle **out, kiln_err *err)
+{
+    *out = NULL;
+    kiln_code rc = validate(e, p, err);
+    if (rc) return rc;
+    eng_handle *h = calloc(1, sizeof *h);
+    if (!h) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    h->refs = 2; /* (1) client + engine */
+    if ((rc = copy_params(h, p, err))) {
+        handle_free(h);
+        return rc;
+    }
+    h->t_submit = plat_now();
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->mu);
+        handle_free(h);
+        return kiln_fail(err, KILN_E_BUSY, "the server is shutting down");
+    }
+    if (e->n_waiting >= e->o.max_queue) {
+        pthread_mutex_unlock(&e->mu);
+        handle_free(h);
+        return kiln_fail(err, KILN_E_BUSY, "too many requests waiting (%d); try again later",
+                         (int)e->o.max_queue);
+    }
+    if (e->wait_tail) e->wait_tail->next = h;
+    else e->wait_head = h;
+    e->wait_tail = h;
+    e->n_waiting++;
+    e->stats.requests_total++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    *out = h;
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- finishing */
+
+static int is_stop_token(const eng_engine *e, const eng_handle *h, int32_t tok)
+{
+    if (!h->p.ignore_eos) {
+        const wt_config *c = mdl_config(e->rt->model);
+        for (int i = 0; i < c->n_eos; i++)
+            if (c->eos_ids[i] == tok) return 1;
+        if (tok_eos_id(e->tok) == tok) return 1;
+    }
+    for (int32_t i = 0; i < h->p.n_stop_ids; i++)
+        if (h->p.stop_ids[i] == tok) return 1;
+    return 0;
+}
+
+/* Takes the first n bytes of the hold-back buffer as a new string (OWNED by the caller). */
+static char *hold_take(eng_handle *h, size_t n)
+{
+    char *t = malloc(n + 1);
+    if (!t) return NULL;
+    memcpy(t, h->hold, n);
+    t[n] = '\0';
+    memmove(h->hold, h->hold + n, h->hold_len - n);
+    h->hold_len -= n;
+    return t;
+}
+
+static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char *stop_matched,
+                       const kiln_err *err)
+{
+    eng_event ev;
+    memset(&ev, 0, sizeof ev);
+    if (why == ENG_FINISH_ERROR && err) {
+        ev.kind = ENG_EV_ERROR;
+        ev.err = *err;
+    } else {
+        ev.kind = ENG_EV_DONE;
+        if (why != ENG_FINISH_STOP || !stop_matched) {
+            /* no stop string matched: what was held back is text after all */
+            if (h->ts) {
+                const char *t;
+                size_t n;
+                if (tok_stream_flush(h->ts, &t, &n, NULL) == KILN_OK && n) {
+                    char *nb = realloc(h->hold, h->hold_len + n + 1);
+                    if (nb) {
+                        h->hold = nb;
+                        memcpy(h->hold + h->hold_len, t, n);
+                        h->hold_len += n;
+                    }
+                }
+            }
+            if (h->hold_len && why != ENG_FINISH_CANCELLED) {
+                ev.text_len = h->hold_len;
+                ev.text = hold_take(h, h->hold_len);
+                if (!ev.text) ev.text_len = 0;
+            }
+        }
+    }
+    ev.finish = why;
+    ev.stop_matched = stop_matched;
+    ev.prompt_tokens = h->p.n_prompt;
+    ev.completion_tokens = h->n_generated;
+    ev.cached_tokens = h->cached_tokens;
+    if (h->seq) {
+        eng_seq_free(h->seq, e->rt->kv);
+        h->seq = NULL;
+    }
+    tok_stream_destroy(h->ts);
+    h->ts = NULL;
+    pthread_mutex_lock(&e->mu);
+    e->stats.requests_finished++;
+    if (why == ENG_FINISH_CANCELLED) e->stats.requests_cancelled++;
+    if (why == ENG_FINISH_ERROR) e->stats.requests_failed++;
+    e->stats.prompt_tokens += (uint64_t)h->p.n_prompt;
+    e->stats.completion_tokens += (uint64_t)h->n_generated;
+    e->stats.cached_tokens += (uint64_t)h->cached_tokens;
+    e->stats.kv = kv_pool_get_stats(e->rt->kv); /* blocks freed above: visible at DONE */
+    pthread_mutex_unlock(&e->mu);
+    handle_push(h, &ev);
+    handle_unref(h); /* (1) the engine's reference */
+}
+
+/* ---------------------------------------------------------------- stop strings */
+
+/* Length of the longest suffix of s[0..n) that is a proper prefix of a stop string. */
+static size_t stop_holdback(const eng_handle *h, const char *s, size_t n)
+{
+    size_t best = 0;
+    for (int i = 0; i < h->p.n_stop; i++) {
+        size_t sl = strlen(h->p.stop[i]);
+        for (size_t k = sl - 1 < n ? sl - 1 : n; k > best; k--)
+            if (memcmp(s + n - k, h->p.stop[i], k) == 0) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Earliest full stop-string match in s[0..n): position, or -1; *which = index. */
+static long stop_find(const eng_handle *h, const char *s, size_t n, int *which)
+{
+    long best = -1;
+    for (int i = 0; i < h->p.n_stop; i++) {
+        size_t sl = strlen(h->p.stop[i]);
+        for (size_t at = 0; at + sl <= n; at++)
+            if (memcmp(s + at, h->p.stop[i], sl) == 0) {
+                if (best < 0 || (long)at < best) {
+                    best = (long)at;
+                    *which = i;
+                }
+                break;
+            }
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------- per-token */
+
+/* A sampled token: decode, match stops, emit. Returns 1 when the request ended. */
+static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample_out *so)
+{
+    kiln_err err;
+    h->n_generated++;
+    if (is_stop_token(e, h, tok)) {
+        req_finish(e, h, ENG_FINISH_STOP, NULL, NULL);
+        return 1;
+    }
+    const char *piece = NULL;
+    size_t plen = 0;
+    if (tok_stream_push(h->ts, tok, &piece, &plen, &err) != KILN_OK) plen = 0;
+    if (plen) {
+        if (h->hold_len + plen + 1 > h->hold_cap) {
+            size_t nc = (h->hold_len + plen + 1) * 2;
+            char *nb = realloc(h->hold, nc);
+            if (!nb) {
+                kiln_fail(&err, KILN_E_NOMEM, "out of memory while decoding");
+                req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+                return 1;
+            }
+            h->hold = nb;
+            h->hold_cap = nc;
+        }
+        memcpy(h->hold + h->hold_len, piece, plen);
+        h->hold_len += plen;
+    }
+    eng_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = ENG_EV_TOKEN;
+    ev.token = tok;
+    if (h->p.want_logprobs) ev.so = *so;
+    int which = -1;
+    long at = h->p.n_stop ? stop_find(h, h->hold, h->hold_len, &which) : -1;
+    if (at >= 0) {
+        ev.text_len = (size_t)at;
+        ev.text = hold_take(h, (size_t)at);
+        h->hold_len = 0;
+        handle_push(h, &ev);
+        req_finish(e, h, ENG_FINISH_STOP, h->p.stop[which], NULL);
+        return 1;
+    }
+    size_t keep = h->p.n_stop ? stop_holdback(h, h->hold, h->hold_len) : 0;
+    ev.text_len = h->hold_len - keep;
+    ev.text = hold_take(h, ev.text_len);
+    if (!ev.text) ev.text_len = 0;
+    handle_push(h, &ev);
+    if (h->n_generated >= h->p.max_tokens || h->seq->n_tokens + 1 > e->rt->o.ctx) {
+        req_finish(e, h, ENG_FINISH_LENGTH, NULL, NULL);
+        return 1;
+    }
+    if (eng_seq_append(h->seq, tok, &err) != KILN_OK) {
+        req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- scheduling */
+
+static void running_remove(eng_engine *e, int32_t i)
+{
+    memmove(&e->running[i], &e->running[i + 1], sizeof *e->running * (size_t)(e->n_running - i - 1));
+    e->n_running--;
+}
+
+static int32_t blocks_for(const eng_engine *e, int32_t tokens)
+{
+    int32_t bt = e->rt->o.block_tokens;
+    return (tokens + bt - 1) / bt;
+}
+
+/* Moves waiting requests into the batch while there are slots and KV room for
+ * their whole token history (so admission does not immediately preempt). */
+static void engine_admit(eng_engine *e)
+{
+    for (;;) {
+        if (e->n_running >= e->rt->o.max_seqs) return;
+        pthread_mutex_lock(&e->mu);
+        eng_handle *h = e->wait_head;
+        if (!h) {
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        int32_t need = blocks_for(e, (h->seq ? h->seq->n_tokens : h->p.n_prompt) + 1);
+        if (e->n_running > 0 && need > kv_pool_available(e->rt->kv)) {
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->wait_head = h->next;
+        if (!e->wait_head) e->wait_tail = NULL;
+        h->next = NULL;
+        e->n_waiting--;
+        pthread_mutex_unlock(&e->mu);
+        kiln_err err;
+        if (!h->seq) {
+            if (eng_seq_create(h->prompt, h->p.n_prompt, &h->seq, &err) != KILN_OK ||
+                tok_stream_create(e->tok, h->p.skip_special ? TOK_SKIP_SPECIAL : 0, &h->ts,
+                                  &err) != KILN_OK) {
+                req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+                continue;
+            }
+            eng_rng_seed(&h->rng, h->p.sp.seed);
+        }
+        int32_t hit = eng_seq_attach_prefix(h->seq, e->rt->kv, e->rt->ns);
+        if (!h->admitted_once) h->cached_tokens = hit < h->p.n_prompt ? hit : h->p.n_prompt;
+        h->admitted_once = 1;
+        e->running[e->n_running++] = h;
+    }
+}
+
+/* Releases the KV of the most recently admitted sequence other than `keep`
+ * and puts it back at the head of the queue. Returns 0 if none could go. */
+static int engine_preempt(eng_engine *e, const eng_handle *keep)
+{
+    for (int32_t i = e->n_running - 1; i >= 0; i--) {
+        eng_handle *h = e->running[i];
+        if (h == keep) continue;
+        eng_seq_drop_kv(h->seq, e->rt->kv);
+        running_remove(e, i);
+        pthread_mutex_lock(&e->mu);
+        h->next = e->wait_head;
+        e->wait_head = h;
+        if (!e->wait_tail) e->wait_tail = h;
+        e->n_waiting++;
+        e->stats.preemptions++;
+        pthread_mutex_unlock(&e->mu);
+        KLOG_INFO("engine", "preempted a sequence: kv pool full (running=%d)", (int)e->n_running);
+        return 1;
+    }
+    return 0;
+}
+
+static void drop_cancelled(eng_engine *e)
+{
+    for (int32_t i = 0; i < e->n_running;) {
+        eng_handle *h = e->running[i];
+        if (atomic_load(&h->cancel)) {
+            running_remove(e, i);
+            req_finish(e, h, ENG_FINISH_CANCELLED, NULL, NULL);
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Picks this step's work: decodes first, then prefill chunks under the budget;
+ * reserves KV blocks (preempting when the pool is dry). Returns the item count. */
+static int32_t engine_plan(eng_engine *e)
+{
+    int32_t budget = e->o.max_step_tokens, n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < e->n_running; i++) {
+            eng_handle *h = e->running[i];
+            int32_t pend = eng_seq_pending(h->seq);
+            int decode = pend == 1;
+            if ((pass == 0) != decode || budget <= 0) continue;
+            int32_t take = pend < e->o.prefill_chunk ? pend : e->o.prefill_chunk;
+            if (take > budget) take = budget;
+            kiln_err err;
+            while (eng_seq_reserve(h->seq, e->rt->kv, h->seq->n_cached + take, &err) != KILN_OK) {
+                if (err.code != KILN_E_BUDGET || !engine_preempt(e, h)) {
+                    kiln_fail(&err, KILN_E_BUDGET,
+                              "the KV cache cannot hold this sequence (%d tokens)",
+                              (int)h->seq->n_tokens);
+                    running_remove(e, i);
+                    req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+                    return -1; /* the running list changed: plan again */
+                }
+                return -1;
+            }
+            e->owners[n] = h;
+            e->items[n++] = (eng_step_item){.seq = h->seq, .max_tokens = take};
+            budget -= take;
+        }
+    }
+    return n;
+}
+
+static void engine_step(eng_engine *e)
+{
+    int32_t n;
+    while ((n = engine_plan(e)) < 0) {
+    }
+    if (n == 0) return;
+    kiln_err err;
+    double t0 = plat_now();
+    kiln_code rc = eng_step_run(e->rt->cx, e->rt->kv, e->items, n, e->rt->ns, e->rt->logits, &err);
+    int64_t vocab = mdl_vocab(e->rt->model);
+    int32_t row = 0, toks = 0;
+    for (int32_t k = 0; k < n; k++) {
+        eng_handle *h = e->owners[k];
+        toks += e->items[k].n_run;
+        if (rc) {
+            for (int32_t i = 0; i < e->n_running; i++)
+                if (e->running[i] == h) running_remove(e, i);
+            req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+            continue;
+        }
+        if (e->items[k].n_logits == 0) continue;
+        float *lg = e->rt->logits + (size_t)row * (size_t)vocab;
+        row++;
+        eng_sample_out so;
+        int32_t tok = eng_sample_row(&h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens,
+                                     &h->rng, e->rt->sample_scratch, &so);
+        if (req_token(e, h, tok, &so)) {
+            for (int32_t i = 0; i < e->n_running; i++)
+                if (e->running[i] == h) {
+                    running_remove(e, i);
+                    break;
+                }
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.steps++;
+    e->stats.step_tokens += (uint64_t)toks;
+    e->stats.busy_s += plat_now() - t0;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *engine_main(void *arg)
+{
+    eng_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stopping && !e->wait_head && e->n_running == 0) pthread_cond_wait(&e->cv, &e->mu);
+        int stopping = e->stopping;
+        pthread_mutex_unlock(&e->mu);
+        if (stopping) break;
+        drop_cancelled(e);
+        engine_admit(e);
+        drop_cancelled(e);
+        engine_step(e);
+        pthread_mutex_lock(&e->mu);
+        e->stats.running = e->n_running;
+        e->stats.waiting = e->n_waiting;
+        e->stats.kv = kv_pool_get_stats(e->rt->kv); /* the pool is engine-thread only */
+        pthread_mutex_unlock(&e->mu);
+    }
+    /* shutting down: everything still here is cancelled */
+    while (e->n_running > 0) {
+        eng_handle *h = e->running[e->n_running - 1];
+        e->n_running--;
+        req_finish(e, h, ENG_FINISH_CANCELLED, NULL, NULL);
+    }
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        eng_handle *h = e->wait_head;
+        if (h) {
+            e->wait_head = h->next;
+            e->n_waiting--;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (!h) break;
+        req_finish(e, h, ENG_FINISH_CANCELLED, NULL, NULL);
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_engine_opts *o,
+                           eng_engine **out, kiln_err *err)
+{
+    *out = NULL;
+    if (rt->o.max_seqs > 256)
+        return kiln_fail(err, KILN_E_INVALID, "batch of %d sequences is over 256", (int)rt->o.max_seqs);
+    eng_engine *e = calloc(1, sizeof *e);
+    if (!e) return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
+    e->rt = rt;
+    e->tok = tok;
+    e->o = *o;
+    if (e->o.max_step_tokens <= 0 || e->o.max_step_tokens > rt->o.max_step_tokens)
+        e->o.max_step_tokens = rt->o.max_step_tokens;
+    if (e->o.max_step_tokens < rt->o.max_seqs) e->o.max_step_tokens = rt->o.max_seqs;
+    if (e->o.prefill_chunk <= 0) e->o.prefill_chunk = e->o.max_step_tokens;
+    if (e->o.max_queue < 0) e->o.max_queue = 0;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->running = calloc((size_t)rt->o.max_seqs, sizeof *e->running);
+    e->items = calloc((size_t)rt->o.max_seqs, sizeof *e->items);
+    e->owners = calloc((size_t)rt->o.max_seqs, sizeof *e->owners);
+    if (!e->running || !e->items || !e->owners) {
+        eng_engine_stop(e);
+        return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
+    }
+    e->stats.kv_block_tokens = rt->o.block_tokens;
+    e->stats.kv = kv_pool_get_stats(rt->kv);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        eng_engine_stop(e);
+        return kiln_fail(err, KILN_E_NOMEM, "engine: cannot start its thread");
+    }
+    e->thread_started = 1;
+    *out = e;
+    return KILN_OK;
+}
+
+void eng_engine_stop(eng_engine *e)
+{
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stopping = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e->running);
+    free(e->items);
+    free(e->owners);
+    free(e);
+}
+
+eng_stats eng_get_stats(eng_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    eng_stats s = e->stats;
+    s.waiting = e->n_waiting;
+    pthread_mutex_unlock(&e->mu);
+    return s;
+}

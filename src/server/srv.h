@@ -1,0 +1,77 @@
+/*
+ * srv.h — kiln's HTTP server: OpenAI-compatible routes over one engine.
+ *
+ *   srv_config c = srv_config_default();  c.port = 8080; c.model_id = "qwen3";
+ *   srv_server *s;  srv_start(&c, &s, &err);       // listening; /health says 503
+ *   srv_attach(s, &(srv_model){engine, tok, ctx, threads}, &err);  // /health 200
+ *   ... wait for a signal ...
+ *   srv_quiesce(s);  eng_engine_stop(engine);  srv_stop(s);
+ *
+ * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /health, GET /stats, GET /metrics, POST /tokenize, POST /detokenize
+ * (docs/server.md). The server sees only engine/eng_engine.h, the tokenizer
+ * and the template: never model/ or kv/.
+ * Threads: libmicrohttpd runs one thread per connection; each one parses,
+ * renders and tokenizes its request, then waits on its engine handle.
+ */
+#ifndef KILN_SRV_H
+#define KILN_SRV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/eng_engine.h"
+#include "tokenizer/tok.h"
+
+typedef struct srv_server srv_server;
+
+/* Sampling defaults below the request (request → these → built-in). The CLI
+ * fills them from its flags, then generation_config.json. */
+typedef struct {
+    float temperature, top_p, min_p, repetition_penalty;
+    int32_t top_k;
+} srv_sampling_defaults;
+
+typedef struct {
+    const char *host;        /* BORROWED during srv_start; default "127.0.0.1" */
+    int port;                /* 0 = any free port (srv_port tells which) */
+    const char *model_id;    /* BORROWED during srv_start: the served id */
+    const char *model_dir;   /* BORROWED during srv_start: chat template source */
+    const char *api_key;     /* BORROWED during srv_start; NULL = no auth */
+    size_t max_body;         /* bytes; larger bodies get 413 */
+    int32_t ctx;             /* context per sequence (tokens); srv_attach sets the real one */
+    int32_t max_tokens;      /* server cap on generated tokens; 0 = none */
+    int32_t batch;           /* concurrent sequences (for /stats) */
+    int32_t max_queue;       /* waiting requests (for /stats) */
+    int n_threads;           /* compute threads (for /stats) */
+    int thinking;            /* enable_thinking default: -1 template's, 0 off, 1 on */
+    srv_sampling_defaults defaults;
+    unsigned max_connections;
+} srv_config;
+
+/* What srv_attach makes available. */
+typedef struct {
+    eng_engine *engine;       /* BORROWED: must outlive the server (stop the server first) */
+    const tok_tokenizer *tok; /* BORROWED: the same */
+    int32_t ctx;              /* the runtime's context per sequence (tokens) */
+    int n_threads;            /* compute threads (for /stats) */
+} srv_model;
+
+/* API */
+srv_config srv_config_default(void);
+/* Binds and starts listening (a clear KILN_E_IO when the port is taken).
+ * Until srv_attach, /health answers 503 and generation routes 503.
+ * *out is OWNED by the caller (srv_stop). */
+kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err);
+/* Makes the model available. Loads the chat template from c.model_dir (a
+ * model without one serves /v1/completions only). */
+kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err);
+int srv_port(const srv_server *s);
+/* Stops accepting connections; requests in flight continue until the engine
+ * ends them (eng_engine_stop cancels them). */
+void srv_quiesce(srv_server *s);
+/* Ends every connection (in-flight streams get their final frames), joins the
+ * threads and frees the server. NULL is a no-op. */
+void srv_stop(srv_server *s);
+
+#endif

@@ -1,0 +1,18 @@
+/*
+ * srv_anthropic.h — Anthropic Messages API (/v1/messages) requests, mapped
+ * onto the same srv_request the OpenAI routes use (api SRV_API_ANTHROPIC), so
+ * one generation path serves both. Text content only; n is always 1.
+ *
+ *   if (srv_parse_anthropic(body, len, &r, param, &err)) reply 400;
+ */
+#ifndef KILN_SRV_ANTHROPIC_H
+#define KILN_SRV_ANTHROPIC_H
+
+#include "server/srv_openai.h"
+
+/* API */
+/* Same contract as srv_parse_request. */
+kiln_code srv_parse_anthropic(const char *body, size_t len, srv_request *out, char *param,
+                              kiln_err *err);
+
+#endif

@@ -1,0 +1,44 @@
+/*
+ * srv_chat.h — a request's messages → prompt token ids: the model's chat
+ * template rendered the way transformers' apply_chat_template does, then
+ * tokenized without adding BOS twice.
+ *
+ *   srv_chat *c;  srv_chat_load(model_dir, &c, &err);    // once, at start
+ *   srv_chat_prompt(c, tok, &req, 1, &ids, &n, &text, &err);
+ *   free(ids); free(text);  srv_chat_free(c);
+ *
+ * BOS: the template usually writes bos_token itself. The rendered text is
+ * tokenized with special-token parsing and without the tokenizer's post
+ * processor; BOS is prepended only when the tokenizer adds one and the text
+ * does not already start with it.
+ */
+#ifndef KILN_SRV_CHAT_H
+#define KILN_SRV_CHAT_H
+
+#include <stdint.h>
+
+#include "server/srv_openai.h"
+#include "tokenizer/tok.h"
+
+typedef struct srv_chat srv_chat;
+
+/* API */
+/* *out is NULL with KILN_E_NOT_FOUND when the model has no chat template
+ * (callers then refuse /v1/chat/completions); OWNED by the caller (srv_chat_free). */
+kiln_code srv_chat_load(const char *model_dir, srv_chat **out, kiln_err *err);
+void srv_chat_free(srv_chat *c); /* NULL is a no-op */
+/* Renders r->messages (+ tools, template kwargs). default_thinking (-1 leave to
+ * the template, 0 off, 1 on) sets enable_thinking unless the request did.
+ * OUT: *ids (free), *n, *text (the rendered prompt, free; text may be NULL). */
+kiln_code srv_chat_prompt(const srv_chat *c, const tok_tokenizer *tok, const srv_request *r,
+                          int default_thinking, int32_t **ids, int32_t *n, char **text,
+                          kiln_err *err);
+/* Plain text → ids with the tokenizer's special tokens (BOS) as HF does for
+ * completions. OUT: *ids (free), *n. */
+kiln_code srv_text_prompt(const tok_tokenizer *tok, const char *text, size_t len, int32_t **ids,
+                          int32_t *n, kiln_err *err);
+/* Tokenizes rendered chat text (BOS rule above). */
+kiln_code srv_chat_tokenize(const tok_tokenizer *tok, const char *text, size_t len,
+                            int32_t **ids, int32_t *n, kiln_err *err);
+
+#endif

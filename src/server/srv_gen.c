@@ -1,0 +1,568 @@
+/*
+ * srv_gen.c — one generation request in flight: the prompt is built, the
+ * engine gets n requests (one per choice), and their events become either one
+ * response object or a stream of SSE chunks.
+ *
+ * A choice's life (the function that moves it):
+ *   SUBMITTED -> RUNNING   first TOKEN event (choice_event)
+ *   RUNNING   -> DONE      DONE or ERROR event (choice_event)
+ * The generation is over when every choice is DONE; a stream then gets the
+ * usage chunk (include_usage) and [DONE].
+ * Invariants:
+ *   (1) every handle is released exactly once, in srv_gen_free (which cancels
+ *       it first if it still runs): a client that vanishes frees its KV blocks
+ *   (2) a gen is on s->active from srv_gen_start until srv_gen_free, so
+ *       shutdown can cancel it
+ * Threads: a gen belongs to its connection's thread; s->mu guards s->active.
+ */
+#include "server/srv_int.h"
+#include "server/srv_reasoning.h"
+#include "server/srv_reply.h"
+#include "server/srv_json.h"
+#include "server/srv_sse.h"
+#include "util/kiln_log.h"
+#include "util/plat.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    eng_handle *h;          /* OWNED reference; released by srv_gen_free */
+    srv_think think;
+    srv_buf content, reasoning; /* pending text: all of it (collect) or this chunk's (stream) */
+    json_t *logprobs;       /* OWNED: accumulated (collect) or this chunk's (stream) */
+    int64_t text_off;       /* bytes of completion text so far (completions text_offset) */
+    bool done;
+    eng_finish finish;
+    int32_t prompt_tokens, completion_tokens, cached_tokens;
+    bool errored;
+    kiln_err err;
+    const char *stop_matched; /* BORROWED from the handle (lives until srv_gen_free) */
+} gen_choice;
+
+struct srv_gen {
+    srv_server *s;
+    srv_request r;          /* OWNED */
+    srv_reply_meta meta;
+    int32_t n_prompt;
+    gen_choice *c;          /* OWNED [r.n] */
+    int n_done;
+    bool started, finished, think;
+    bool registered;        /* on s->active */
+    double t_start, t_first, t_last;
+    int64_t n_tokens;       /* tokens seen over all choices */
+    srv_gen *prev, *next;   /* s->active, under s->mu */
+};
+
+/* ---------------------------------------------------------------- setup */
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static void apply_defaults(const srv_server *s, const srv_request *r, eng_sampling *sp)
+{
+    const srv_sampling_defaults *d = &s->cfg.defaults;
+    if (!(r->set & SRV_SET_TEMPERATURE)) sp->temperature = d->temperature;
+    if (!(r->set & SRV_SET_TOP_P)) sp->top_p = d->top_p;
+    if (!(r->set & SRV_SET_TOP_K)) sp->top_k = d->top_k;
+    if (!(r->set & SRV_SET_MIN_P)) sp->min_p = d->min_p;
+    if (!(r->set & SRV_SET_REP)) sp->repetition_penalty = d->repetition_penalty;
+}
+
+/* Prompt ids for the request; the rendered chat text decides whether the
+ * model starts inside a think block. */
+static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
+{
+    srv_server *s = g->s;
+    srv_request *r = &g->r;
+    kiln_err err;
+    kiln_code rc;
+    if (r->api != SRV_API_COMPLETION) {
+        if (!s->chat) {
+            *e = srv_error_make(KILN_E_INVALID, "messages", "model '%s' has no chat template; use "
+                                "/v1/completions with a prompt", s->model_id);
+            return -1;
+        }
+        char *text = NULL;
+        rc = srv_chat_prompt(s->chat, s->tok, r, s->cfg.thinking, ids, n, &text, &err);
+        if (rc) {
+            *e = srv_error_from(&err, "messages");
+            return -1;
+        }
+        g->think = tok_piece_to_id(s->tok, "<think>", 7) >= 0 || strstr(text, "<think>");
+        srv_think_init(&g->c[0].think, g->think, g->think && srv_think_prompt_open(text, strlen(text)));
+        for (int i = 1; i < r->n; i++) g->c[i].think = g->c[0].think;
+        free(text);
+        return 0;
+    }
+    if (r->prompt_ids) {
+        int32_t vocab = tok_vocab_size(s->tok);
+        for (int32_t i = 0; i < r->n_prompt_ids; i++)
+            if (r->prompt_ids[i] >= vocab) {
+                *e = srv_error_make(KILN_E_INVALID, "prompt", "prompt token %d is out of range "
+                                    "(vocab %d)", (int)r->prompt_ids[i], (int)vocab);
+                return -1;
+            }
+        *ids = r->prompt_ids;
+        *n = r->n_prompt_ids;
+        r->prompt_ids = NULL;
+        r->n_prompt_ids = 0;
+        return 0;
+    }
+    if ((rc = srv_text_prompt(s->tok, r->prompt, r->prompt_len, ids, n, &err))) {
+        *e = srv_error_from(&err, "prompt");
+        return -1;
+    }
+    if (*n == 0) {
+        *e = srv_error_make(KILN_E_INVALID, "prompt", "the prompt is empty");
+        return -1;
+    }
+    return 0;
+}
+
+/* max_tokens: unset = the room left in the context; a client value or the
+ * server cap narrows it; clamped to the room left. */
+static int32_t pick_max_tokens(const srv_server *s, const srv_request *r, int32_t n_prompt)
+{
+    int64_t room = (int64_t)s->cfg.ctx - n_prompt;
+    int64_t mt = r->max_tokens > 0 ? r->max_tokens : room;
+    if (s->cfg.max_tokens > 0 && mt > s->cfg.max_tokens) mt = s->cfg.max_tokens;
+    if (mt > room) mt = room;
+    return (int32_t)mt;
+}
+
+static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n, srv_error *e)
+{
+    srv_server *s = g->s;
+    srv_request *r = &g->r;
+    eng_params p = eng_params_default();
+    p.prompt = ids;
+    p.n_prompt = n;
+    p.max_tokens = pick_max_tokens(s, r, n);
+    p.sp = r->sp;
+    apply_defaults(s, r, &p.sp);
+    for (int i = 0; i < r->n_stop; i++) p.stop[i] = r->stop[i];
+    p.n_stop = r->n_stop;
+    p.ignore_eos = r->ignore_eos;
+    p.skip_special = r->skip_special;
+    p.want_logprobs = r->logprobs;
+    uint64_t base = r->set & SRV_SET_SEED ? r->sp.seed
+                                         : mix64((uint64_t)time(NULL) ^ (atomic_fetch_add(&s->next_id, 1) << 20));
+    for (int i = 0; i < r->n; i++) {
+        kiln_err err;
+        p.sp.seed = base + (uint64_t)i;
+        if (eng_submit(eng, &p, &g->c[i].h, &err)) {
+            *e = srv_error_from(&err, err.code == KILN_E_INVALID ? "" : NULL);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void active_add(srv_server *s, srv_gen *g)
+{
+    pthread_mutex_lock(&s->mu);
+    g->registered = true;
+    g->next = s->active;
+    if (s->active) s->active->prev = g;
+    s->active = g;
+    s->n_active++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void active_remove(srv_server *s, srv_gen *g)
+{
+    if (!g->registered) return;
+    pthread_mutex_lock(&s->mu);
+    g->registered = false;
+    if (g->prev) g->prev->next = g->next;
+    else if (s->active == g) s->active = g->next;
+    if (g->next) g->next->prev = g->prev;
+    s->n_active--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int srv_gen_start(srv_server *s, srv_request *r, srv_gen **out, srv_error *e)
+{
+    *out = NULL;
+    eng_engine *eng = atomic_load(&s->engine);
+    if (!eng || atomic_load(&s->stopping)) {
+        *e = srv_error_make(SRV_E_LOADING, NULL, eng ? "the server is shutting down"
+                                                     : "the model is still loading");
+        srv_request_free(r);
+        return -1;
+    }
+    srv_gen *g = calloc(1, sizeof *g);
+    gen_choice *c = g ? calloc((size_t)r->n, sizeof *c) : NULL;
+    if (!g || !c) {
+        free(g);
+        srv_request_free(r);
+        *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory");
+        return -1;
+    }
+    g->s = s;
+    g->r = *r;
+    memset(r, 0, sizeof *r);
+    g->c = c;
+    g->t_start = plat_now();
+    g->meta.api = g->r.api;
+    g->meta.created = (int64_t)time(NULL);
+    g->meta.model = s->model_id;
+    snprintf(g->meta.id, sizeof g->meta.id, "%s%016llx",
+             g->r.api == SRV_API_CHAT ? "chatcmpl-" : g->r.api == SRV_API_ANTHROPIC ? "msg_" : "cmpl-",
+             (unsigned long long)mix64(atomic_fetch_add(&s->next_id, 1) ^ (uint64_t)g->meta.created));
+    for (int i = 0; i < g->r.n; i++) srv_think_init(&c[i].think, false, false);
+    int32_t *ids = NULL, n = 0;
+    if (build_prompt(g, &ids, &n, e)) goto fail;
+    g->n_prompt = n;
+    if (n >= s->cfg.ctx) {
+        *e = srv_error_make(SRV_E_CONTEXT, g->r.api != SRV_API_COMPLETION ? "messages" : "prompt",
+                            "This model's maximum context length is %d tokens, but the prompt has "
+                            "%d tokens, which leaves no room to generate", (int)s->cfg.ctx, (int)n);
+        goto fail;
+    }
+    if (submit_all(g, eng, ids, n, e)) goto fail;
+    active_add(s, g);
+    free(ids);
+    *out = g;
+    return 0;
+fail:
+    free(ids);
+    srv_gen_free(g);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- events */
+
+static const char *finish_name(eng_finish f)
+{
+    switch (f) {
+    case ENG_FINISH_STOP: return "stop";
+    case ENG_FINISH_LENGTH: return "length";
+    case ENG_FINISH_CANCELLED: return "cancelled";
+    default: return "error";
+    }
+}
+
+static const char *anthropic_stop(const gen_choice *c)
+{
+    if (c->finish == ENG_FINISH_LENGTH) return "max_tokens";
+    return c->stop_matched ? "stop_sequence" : "end_turn";
+}
+
+static int event(srv_buf *out, const char *name, json_t *j /* stolen */)
+{
+    int rc = !j || srv_sse_event(out, name, j);
+    json_decref(j);
+    return rc;
+}
+
+/* Anthropic stream: text deltas go to content block 0 (reasoning is left out). */
+static int flush_anthropic(srv_gen *g, gen_choice *c, srv_buf *out)
+{
+    if (!c->content.len) return 0;
+    return event(out, "content_block_delta",
+                 json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", 0,
+                           "delta", "type", "text_delta", "text",
+                           srv_json_text(c->content.p, c->content.len)));
+}
+
+static int finish_anthropic(srv_gen *g, gen_choice *c, srv_buf *out)
+{
+    int rc = event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
+    rc |= event(out, "message_delta",
+                json_pack("{s:s, s:{s:s, s:o}, s:{s:i}}", "type", "message_delta", "delta",
+                          "stop_reason", anthropic_stop(c), "stop_sequence",
+                          c->stop_matched ? json_string(c->stop_matched) : json_null(), "usage",
+                          "output_tokens", (int)c->completion_tokens));
+    rc |= event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    return rc;
+}
+
+/* Stream: moves the choice's pending text/logprobs into chunks. */
+static int flush_chunks(srv_gen *g, int idx, srv_buf *out)
+{
+    gen_choice *c = &g->c[idx];
+    int rc = 0;
+    if (g->r.api == SRV_API_ANTHROPIC) {
+        rc = flush_anthropic(g, c, out);
+    } else if (g->r.api == SRV_API_CHAT) {
+        if (c->reasoning.len) {
+            json_t *d = json_pack("{s:o}", "reasoning", srv_json_text(c->reasoning.p, c->reasoning.len));
+            json_t *ch = srv_reply_chunk(&g->meta, idx, d, NULL, NULL);
+            rc |= !ch || srv_sse_data(out, ch);
+            json_decref(ch);
+        }
+        if (c->content.len || c->logprobs) {
+            json_t *d = json_pack("{s:o}", "content", srv_json_text(c->content.p, c->content.len));
+            json_t *ch = srv_reply_chunk(&g->meta, idx, d, NULL, c->logprobs);
+            c->logprobs = NULL;
+            rc |= !ch || srv_sse_data(out, ch);
+            json_decref(ch);
+        }
+    } else if (c->content.len || c->logprobs) {
+        json_t *ch = srv_reply_chunk(&g->meta, idx, srv_json_text(c->content.p, c->content.len),
+                                     NULL, c->logprobs);
+        c->logprobs = NULL;
+        rc |= !ch || srv_sse_data(out, ch);
+        json_decref(ch);
+    }
+    srv_buf_reset(&c->content);
+    srv_buf_reset(&c->reasoning);
+    return rc ? -1 : 0;
+}
+
+static void note_token(srv_gen *g)
+{
+    double now = plat_now();
+    if (g->n_tokens++ == 0) {
+        g->t_first = now;
+        srv_metrics_ttft(g->s->metrics, now - g->t_start);
+    } else if (g->r.stream) {
+        srv_metrics_itl(g->s->metrics, now - g->t_last);
+    }
+    g->t_last = now;
+}
+
+static void choice_done(srv_gen *g, gen_choice *c, const eng_event *ev)
+{
+    c->done = true;
+    g->n_done++;
+    c->finish = ev->finish;
+    c->prompt_tokens = ev->prompt_tokens;
+    c->completion_tokens = ev->completion_tokens;
+    c->cached_tokens = ev->cached_tokens;
+    c->stop_matched = ev->stop_matched;
+    srv_metrics_tokens(g->s->metrics, c == g->c ? ev->prompt_tokens : 0, ev->completion_tokens,
+                       c == g->c ? ev->cached_tokens : 0);
+}
+
+/* Handles one event of choice idx; out is the SSE buffer when streaming. */
+static int choice_event(srv_gen *g, int idx, const eng_event *ev, srv_buf *out)
+{
+    gen_choice *c = &g->c[idx];
+    int rc = 0;
+    if (ev->kind == ENG_EV_ERROR) {
+        c->done = c->errored = true;
+        c->finish = ENG_FINISH_ERROR;
+        c->err = ev->err;
+        g->n_done++;
+        if (out) {
+            srv_error e = srv_error_from(&ev->err, NULL);
+            json_t *j = g->r.api == SRV_API_ANTHROPIC ? srv_error_json_anthropic(&e) : srv_error_json(&e);
+            rc = !j || (g->r.api == SRV_API_ANTHROPIC ? srv_sse_event(out, "error", j) : srv_sse_data(out, j));
+            json_decref(j);
+        }
+        return rc ? -1 : 0;
+    }
+    if (ev->kind == ENG_EV_TOKEN) note_token(g);
+    if (ev->text_len) rc |= srv_think_push(&c->think, ev->text, ev->text_len, &c->content, &c->reasoning);
+    if (ev->kind == ENG_EV_TOKEN && g->r.logprobs) {
+        if (!c->logprobs) c->logprobs = srv_logprobs_new(g->r.api);
+        rc |= !c->logprobs || srv_logprobs_add(c->logprobs, g->r.api, g->s->tok, &ev->so, c->text_off);
+    }
+    c->text_off += (int64_t)ev->text_len;
+    if (ev->kind == ENG_EV_DONE) {
+        rc |= srv_think_flush(&c->think, &c->content, &c->reasoning);
+        choice_done(g, c, ev);
+    }
+    if (!out) return rc ? -1 : 0;
+    rc |= flush_chunks(g, idx, out);
+    if (ev->kind == ENG_EV_DONE && g->r.api == SRV_API_ANTHROPIC) {
+        rc |= finish_anthropic(g, c, out);
+    } else if (ev->kind == ENG_EV_DONE) {
+        json_t *d = g->r.api == SRV_API_CHAT ? json_object() : json_string("");
+        json_t *ch = srv_reply_chunk(&g->meta, idx, d, finish_name(c->finish), NULL);
+        rc |= !ch || srv_sse_data(out, ch);
+        json_decref(ch);
+    }
+    return rc ? -1 : 0;
+}
+
+/* Reads every ready event; when none is ready waits up to timeout_ms on one
+ * handle. Returns the number of events handled. */
+static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
+{
+    int got = 0;
+    for (int i = 0; i < g->r.n; i++) {
+        eng_event ev;
+        while (!g->c[i].done && eng_handle_next(g->c[i].h, &ev, 0) == 0) {
+            choice_event(g, i, &ev, out);
+            eng_event_clear(&ev);
+            got++;
+        }
+    }
+    if (got || g->n_done == g->r.n) return got;
+    int wait = g->r.n > 1 && timeout_ms > 5 ? 5 : timeout_ms;
+    for (int i = 0; i < g->r.n; i++) {
+        if (g->c[i].done) continue;
+        eng_event ev;
+        if (eng_handle_next(g->c[i].h, &ev, wait) == 0) {
+            choice_event(g, i, &ev, out);
+            eng_event_clear(&ev);
+            got++;
+        }
+        break;
+    }
+    return got;
+}
+
+static json_t *usage(const srv_gen *g)
+{
+    int32_t completion = 0;
+    for (int i = 0; i < g->r.n; i++) completion += g->c[i].completion_tokens;
+    return srv_reply_usage(g->n_prompt, completion, g->c[0].cached_tokens);
+}
+
+static void log_done(const srv_gen *g)
+{
+    const gen_choice *c = &g->c[0];
+    KLOG_INFO("srv", "req=%s api=%s n=%d prompt=%d completion=%d cached=%d finish=%s ttft_ms=%.1f "
+              "total_ms=%.1f", g->meta.id,
+              g->r.api == SRV_API_CHAT ? "chat" : g->r.api == SRV_API_ANTHROPIC ? "messages" : "completions",
+              g->r.n, (int)g->n_prompt, (int)c->completion_tokens, (int)c->cached_tokens,
+              finish_name(c->finish), g->n_tokens ? (g->t_first - g->t_start) * 1e3 : 0.0,
+              (plat_now() - g->t_start) * 1e3);
+}
+
+/* ---------------------------------------------------------------- API */
+
+json_t *srv_gen_collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e)
+{
+    while (g->n_done < g->r.n) {
+        pump(g, NULL, 200);
+        if (g->n_done < g->r.n && alive && !alive(ctx)) {
+            *e = srv_error_make(KILN_E_CANCELLED, NULL, "the client went away");
+            return NULL;
+        }
+    }
+    for (int i = 0; i < g->r.n; i++)
+        if (g->c[i].errored) {
+            *e = srv_error_from(&g->c[i].err, NULL);
+            return NULL;
+        }
+    if (g->r.api == SRV_API_ANTHROPIC) {
+        gen_choice *c = &g->c[0];
+        json_t *m = srv_reply_anthropic(&g->meta, srv_json_text(c->content.p ? c->content.p : "", c->content.len),
+                                        c->reasoning.len ? srv_json_text(c->reasoning.p, c->reasoning.len) : NULL,
+                                        anthropic_stop(c), c->stop_matched, g->n_prompt,
+                                        c->completion_tokens, c->cached_tokens);
+        if (!m) *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory building the response");
+        log_done(g);
+        return m;
+    }
+    json_t *choices = json_array();
+    for (int i = 0; i < g->r.n && choices; i++) {
+        gen_choice *c = &g->c[i];
+        json_t *text;
+        if (g->r.api == SRV_API_COMPLETION && g->r.echo && g->r.prompt) {
+            srv_buf t = {0};
+            srv_buf_add(&t, g->r.prompt, g->r.prompt_len);
+            srv_buf_add(&t, c->content.p ? c->content.p : "", c->content.len);
+            text = srv_json_text(t.p ? t.p : "", t.len);
+            srv_buf_free(&t);
+        } else {
+            text = srv_json_text(c->content.p ? c->content.p : "", c->content.len);
+        }
+        json_t *reasoning = c->reasoning.len ? srv_json_text(c->reasoning.p, c->reasoning.len) : NULL;
+        json_t *lp = c->logprobs;
+        c->logprobs = NULL;
+        if (json_array_append_new(choices, srv_reply_choice(&g->meta, i, text, reasoning,
+                                                            finish_name(c->finish), lp))) {
+            json_decref(choices);
+            choices = NULL;
+        }
+    }
+    json_t *resp = choices ? srv_reply_full(&g->meta, choices, usage(g)) : NULL;
+    if (!resp) *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory building the response");
+    log_done(g);
+    return resp;
+}
+
+static int stream_start(srv_gen *g, srv_buf *out)
+{
+    int rc = 0;
+    g->started = true;
+    if (g->r.api == SRV_API_ANTHROPIC) {
+        json_t *msg = srv_reply_anthropic(&g->meta, NULL, NULL, NULL, NULL, g->n_prompt, 0, 0);
+        rc |= event(out, "message_start", json_pack("{s:s, s:o}", "type", "message_start", "message", msg));
+        rc |= event(out, "content_block_start",
+                    json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0,
+                              "content_block", "type", "text", "text", ""));
+        return rc;
+    }
+    for (int i = 0; i < g->r.n; i++) {
+        json_t *ch;
+        if (g->r.api == SRV_API_CHAT)
+            ch = srv_reply_chunk(&g->meta, i, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
+                                 NULL, NULL);
+        else if (g->r.echo && g->r.prompt)
+            ch = srv_reply_chunk(&g->meta, i, srv_json_text(g->r.prompt, g->r.prompt_len), NULL, NULL);
+        else
+            continue;
+        rc |= !ch || srv_sse_data(out, ch);
+        json_decref(ch);
+    }
+    return rc;
+}
+
+int srv_gen_stream(srv_gen *g, srv_buf *out, int timeout_ms)
+{
+    if (g->finished) return 1;
+    if (!g->started) {
+        stream_start(g, out);
+        if (out->len) return 0;
+    }
+    pump(g, out, timeout_ms);
+    if (g->n_done < g->r.n) return 0;
+    if (g->r.api == SRV_API_ANTHROPIC) {
+        g->finished = true;
+        log_done(g);
+        return 1;
+    }
+    if (g->r.include_usage) {
+        json_t *u = srv_reply_usage_chunk(&g->meta, usage(g));
+        if (u) srv_sse_data(out, u);
+        json_decref(u);
+    }
+    srv_sse_done(out);
+    g->finished = true;
+    log_done(g);
+    return 1;
+}
+
+void srv_gen_free(srv_gen *g)
+{
+    if (!g) return;
+    active_remove(g->s, g); /* (2) first: srv_gen_cancel_all must not see released handles */
+    for (int i = 0; i < g->r.n; i++) {
+        gen_choice *c = &g->c[i];
+        if (c->h) {
+            if (!c->done) eng_handle_cancel(c->h);
+            eng_handle_release(c->h);
+        }
+        srv_buf_free(&c->content);
+        srv_buf_free(&c->reasoning);
+        json_decref(c->logprobs);
+    }
+    free(g->c);
+    srv_request_free(&g->r);
+    free(g);
+}
+
+void srv_gen_cancel_all(srv_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (srv_gen *g = s->active; g; g = g->next)
+        for (int i = 0; i < g->r.n; i++)
+            if (g->c[i].h) eng_handle_cancel(g->c[i].h);
+    pthread_mutex_unlock(&s->mu);
+}

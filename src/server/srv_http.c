@@ -1,0 +1,520 @@
+/*
+ * srv_http.c — the HTTP front: libmicrohttpd with one thread per connection,
+ * routing, API keys, body limits, JSON and SSE responses.
+ *
+ * A connection's request, and the function that moves it:
+ *   HEADERS  -> BODY      on_request(), first call: route, method, key and
+ *                         Content-Length are checked (errors answer at once)
+ *   BODY     -> DISPATCH  on_request(), last call: the route handler runs
+ *   DISPATCH -> STREAMING stream_read() pulls SSE frames from the srv_gen
+ *   any      -> FREED     on_completed() / stream_free() release everything
+ * Invariants:
+ *   (1) the body buffer never grows past cfg.max_body (the rest is dropped, 413)
+ *   (2) a streaming srv_gen is freed by stream_free exactly once, whatever way
+ *       the connection ends (that cancels the engine request: blocks are freed)
+ * Threads: MHD's; each handler runs on its connection's thread and may block
+ * on the engine. Shared state lives in srv_server (atomics, s->mu).
+ * Errors: every failure becomes the OpenAI error JSON via srv_error.c.
+ */
+#include "server/srv_anthropic.h"
+#include "server/srv_int.h"
+#include "server/srv_json.h"
+#include "util/kiln_log.h"
+#include "util/plat.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#if MHD_VERSION < 0x00097002
+typedef int MHD_RESULT;
+#else
+typedef enum MHD_Result MHD_RESULT;
+#endif
+
+/* ---------------------------------------------------------------- routes */
+
+typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_MODELS, R_HEALTH, R_STATS, R_METRICS, R_TOKENIZE, R_DETOKENIZE } route_id;
+
+typedef struct {
+    const char *path;
+    const char *method;
+    route_id id;
+    int public; /* no API key needed */
+} route;
+
+static const route routes[] = {
+    {"/v1/chat/completions", "POST", R_CHAT, 0},
+    {"/v1/completions", "POST", R_COMPLETIONS, 0},
+    {"/v1/messages", "POST", R_MESSAGES, 0},
+    {"/v1/models", "GET", R_MODELS, 0},
+    {"/health", "GET", R_HEALTH, 1},
+    {"/stats", "GET", R_STATS, 0},
+    {"/metrics", "GET", R_METRICS, 0},
+    {"/tokenize", "POST", R_TOKENIZE, 0},
+    {"/detokenize", "POST", R_DETOKENIZE, 0},
+};
+
+/* The route for path (a trailing slash is forgiven), or NULL. */
+static const route *find_route(const char *url)
+{
+    size_t n = strlen(url);
+    if (n > 1 && url[n - 1] == '/') n--;
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+        if (strlen(routes[i].path) == n && !memcmp(routes[i].path, url, n)) return &routes[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- per-connection state */
+
+typedef struct {
+    srv_server *s;
+    const route *rt;
+    srv_buf body;   /* OWNED: the request body so far, (1) */
+    bool too_large;
+    bool answered;  /* an error was queued on the first call */
+    int fd;
+} srv_conn;
+
+typedef struct {
+    srv_server *s;
+    srv_gen *g;     /* OWNED: (2) */
+    srv_buf out;    /* OWNED: frames not yet handed to MHD */
+    size_t off;
+    int fd;
+    bool done;
+    double t_emit;  /* last time bytes went out (keep-alive comments) */
+} srv_stream;
+
+/* Has the peer closed its side? A non-blocking peek: 0 bytes means FIN. */
+static int peer_alive(void *ctx)
+{
+    int fd = *(int *)ctx;
+    if (fd < 0) return 1;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return 0;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 0;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- responses */
+
+static MHD_RESULT send_text(struct MHD_Connection *c, int status, char *text, size_t len,
+                            const char *ctype)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, text, text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_RESULT rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* Sends j (stolen) as the body. */
+static MHD_RESULT send_json(srv_conn *cn, struct MHD_Connection *c, int status, json_t *j)
+{
+    size_t len = 0;
+    char *s = j ? srv_json_dump(j, &len) : NULL;
+    json_decref(j);
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                  "\"param\":null,\"code\":null}}";
+        s = strdup(oom);
+        len = s ? strlen(s) : 0;
+        status = 500;
+    }
+    srv_metrics_request(cn->s->metrics, cn->rt ? cn->rt->path : "other", status);
+    return send_text(c, status, s, len, "application/json");
+}
+
+static MHD_RESULT send_error(srv_conn *cn, struct MHD_Connection *c, const srv_error *e)
+{
+    if (srv_error_status(e->kind) >= 500)
+        KLOG_WARN("srv", "status=%d error=\"%s\"", srv_error_status(e->kind), e->message);
+    bool anthropic = cn->rt && cn->rt->id == R_MESSAGES;
+    return send_json(cn, c, srv_error_status(e->kind),
+                     anthropic ? srv_error_json_anthropic(e) : srv_error_json(e));
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    srv_stream *st = cls;
+    while (st->off >= st->out.len) {
+        srv_buf_reset(&st->out);
+        st->off = 0;
+        if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!peer_alive(&st->fd)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        st->done = srv_gen_stream(st->g, &st->out, 250) == 1;
+        if (!st->out.len && !st->done && plat_now() - st->t_emit > 10.0)
+            srv_buf_adds(&st->out, ": keep-alive\n\n");
+    }
+    size_t n = st->out.len - st->off;
+    if (n > max) n = max;
+    memcpy(buf, st->out.p + st->off, n);
+    st->off += n;
+    st->t_emit = plat_now();
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    srv_stream *st = cls;
+    srv_gen_free(st->g);
+    srv_buf_free(&st->out);
+    free(st);
+}
+
+static MHD_RESULT start_stream(srv_conn *cn, struct MHD_Connection *c, srv_gen *g)
+{
+    srv_stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        srv_gen_free(g);
+        srv_error e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory");
+        return send_error(cn, c, &e);
+    }
+    st->s = cn->s;
+    st->g = g;
+    st->fd = cn->fd;
+    st->t_emit = plat_now();
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read,
+                                                               st, stream_free);
+    if (!r) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    MHD_RESULT rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    srv_metrics_request(cn->s->metrics, cn->rt->path, 200);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+static MHD_RESULT do_generate(srv_conn *cn, struct MHD_Connection *c, srv_api api)
+{
+    srv_request r;
+    char param[64];
+    kiln_err err;
+    const char *b = cn->body.p ? cn->body.p : "";
+    kiln_code prc = api == SRV_API_ANTHROPIC ? srv_parse_anthropic(b, cn->body.len, &r, param, &err)
+                                             : srv_parse_request(api, b, cn->body.len, &r, param, &err);
+    if (prc) {
+        srv_error e = srv_error_from(&err, param[0] ? param : NULL);
+        return send_error(cn, c, &e);
+    }
+    bool stream = r.stream;
+    srv_gen *g;
+    srv_error e;
+    if (srv_gen_start(cn->s, &r, &g, &e)) return send_error(cn, c, &e);
+    if (stream) return start_stream(cn, c, g);
+    json_t *resp = srv_gen_collect(g, peer_alive, &cn->fd, &e);
+    srv_gen_free(g);
+    return resp ? send_json(cn, c, 200, resp) : send_error(cn, c, &e);
+}
+
+static MHD_RESULT dispatch(srv_conn *cn, struct MHD_Connection *c)
+{
+    srv_server *s = cn->s;
+    json_t *body = NULL;
+    int status;
+    const char *b = cn->body.p ? cn->body.p : "";
+    switch (cn->rt->id) {
+    case R_CHAT: return do_generate(cn, c, SRV_API_CHAT);
+    case R_COMPLETIONS: return do_generate(cn, c, SRV_API_COMPLETION);
+    case R_MESSAGES: return do_generate(cn, c, SRV_API_ANTHROPIC);
+    case R_MODELS: status = srv_route_models(s, &body); break;
+    case R_HEALTH: status = srv_route_health(s, &body); break;
+    case R_STATS: status = srv_route_stats(s, &body); break;
+    case R_TOKENIZE: status = srv_route_tokenize(s, b, cn->body.len, &body); break;
+    case R_DETOKENIZE: status = srv_route_detokenize(s, b, cn->body.len, &body); break;
+    case R_METRICS: {
+        srv_buf t = {0};
+        status = srv_route_metrics(s, &t);
+        srv_metrics_request(s->metrics, cn->rt->path, status);
+        return send_text(c, status, t.p ? t.p : strdup(""), t.len,
+                         "text/plain; version=0.0.4; charset=utf-8");
+    }
+    default: status = 500; break;
+    }
+    return send_json(cn, c, status, body);
+}
+
+/* ---------------------------------------------------------------- access handler */
+
+static int key_ok(const srv_server *s, struct MHD_Connection *c)
+{
+    if (!s->api_key) return 1;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *xkey = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    const char *given = NULL;
+    if (auth && !strncasecmp(auth, "Bearer ", 7)) given = auth + 7;
+    size_t kl = strlen(s->api_key);
+    for (int pass = 0; pass < 2; pass++, given = xkey) {
+        if (!given || strlen(given) != kl) continue;
+        unsigned char diff = 0; /* constant time over the key */
+        for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(given[i] ^ s->api_key[i]);
+        if (!diff) return 1;
+    }
+    return 0;
+}
+
+/* First call: decide whether to read the body at all. */
+static MHD_RESULT first_call(srv_conn *cn, struct MHD_Connection *c, const char *url,
+                             const char *method)
+{
+    srv_error e;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (!cn->rt) {
+        e = srv_error_make(SRV_E_ROUTE, NULL, "no route %.100s %.200s", method, url);
+    } else if (strcmp(method, cn->rt->method) != 0) {
+        e = srv_error_make(SRV_E_METHOD, NULL, "%.100s expects %s, got %.16s", cn->rt->path,
+                           cn->rt->method, method);
+    } else if (!cn->rt->public && !key_ok(cn->s, c)) {
+        e = srv_error_make(SRV_E_AUTH, NULL, "missing or invalid API key (send Authorization: "
+                           "Bearer KEY or x-api-key: KEY)");
+    } else if (cl && strtoull(cl, NULL, 10) > cn->s->cfg.max_body) {
+        e = srv_error_make(KILN_E_TOO_LARGE, NULL, "request body of %.24s bytes is over the "
+                           "limit of %zu bytes (--max-body)", cl, cn->s->cfg.max_body);
+    } else {
+        return MHD_YES;
+    }
+    cn->answered = true;
+    return send_error(cn, c, &e);
+}
+
+static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *url,
+                             const char *method, const char *version, const char *upload_data,
+                             size_t *upload_size, void **con_cls)
+{
+    srv_server *s = cls;
+    srv_conn *cn = *con_cls;
+    if (!cn) {
+        cn = calloc(1, sizeof *cn);
+        if (!cn) return MHD_NO;
+        cn->s = s;
+        cn->rt = find_route(url);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        cn->fd = ci ? ci->connect_fd : -1;
+        *con_cls = cn;
+        return first_call(cn, c, url, method);
+    }
+    if (*upload_size) {
+        if (!cn->answered && !cn->too_large) {
+            if (cn->body.len + *upload_size > s->cfg.max_body) {
+                cn->too_large = true; /* (1) */
+                srv_buf_free(&cn->body);
+            } else if (srv_buf_add(&cn->body, upload_data, *upload_size)) {
+                cn->too_large = true;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (cn->answered) return MHD_YES;
+    cn->answered = true;
+    if (cn->too_large) {
+        srv_error e = srv_error_make(KILN_E_TOO_LARGE, NULL, "request body is over the limit of %zu "
+                                     "bytes (--max-body)", s->cfg.max_body);
+        return send_error(cn, c, &e);
+    }
+    return dispatch(cn, c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    srv_conn *cn = *con_cls;
+    if (!cn) return;
+    srv_buf_free(&cn->body);
+    free(cn);
+    *con_cls = NULL;
+}
+
+/* ---------------------------------------------------------------- listening */
+
+static kiln_code listen_on(const char *host, int port, int *fd_out, int *port_out, kiln_err *err)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int gai = getaddrinfo(host, ps, &hints, &ai);
+    if (gai) return kiln_fail(err, KILN_E_INVALID, "cannot resolve host '%s': %s", host, gai_strerror(gai));
+    int fd = -1, saved = 0;
+    for (struct addrinfo *a = ai; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) break;
+        saved = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        if (saved == EADDRINUSE)
+            return kiln_fail(err, KILN_E_IO, "port %d on %s is already in use (another server "
+                             "running? pick one with --port)", port, host);
+        return kiln_fail(err, KILN_E_IO, "cannot listen on %s:%d: %s", host, port, strerror(saved));
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    *port_out = port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        *port_out = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                             : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    *fd_out = fd;
+    return KILN_OK;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+srv_config srv_config_default(void)
+{
+    srv_config c = {
+        .host = "127.0.0.1",
+        .port = 8080,
+        .model_id = "kiln",
+        .max_body = 4u << 20,
+        .ctx = 4096,
+        .batch = 8,
+        .max_queue = 64,
+        .thinking = -1,
+        .defaults = {.temperature = 0.7f, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .top_k = 0},
+        .max_connections = 512,
+    };
+    return c;
+}
+
+kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
+{
+    *out = NULL;
+    if (c->max_body == 0) return kiln_fail(err, KILN_E_INVALID, "--max-body must be > 0");
+    if (c->ctx < 2) return kiln_fail(err, KILN_E_INVALID, "context of %d tokens is too small", (int)c->ctx);
+    srv_server *s = calloc(1, sizeof *s);
+    if (!s) return kiln_fail(err, KILN_E_NOMEM, "server: out of memory");
+    s->cfg = *c;
+    s->listen_fd = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->host = strdup(c->host ? c->host : "127.0.0.1");
+    s->model_id = strdup(c->model_id ? c->model_id : "kiln");
+    s->model_dir = dup_or_null(c->model_dir);
+    s->api_key = c->api_key && c->api_key[0] ? strdup(c->api_key) : NULL;
+    s->metrics = srv_metrics_new();
+    s->t_start = plat_now();
+    if (!s->host || !s->model_id || (c->model_dir && !s->model_dir) || !s->metrics ||
+        (c->api_key && c->api_key[0] && !s->api_key)) {
+        srv_stop(s);
+        return kiln_fail(err, KILN_E_NOMEM, "server: out of memory");
+    }
+    s->cfg.host = s->host;
+    s->cfg.model_id = s->model_id;
+    s->cfg.model_dir = s->model_dir;
+    s->cfg.api_key = s->api_key;
+    kiln_code rc = listen_on(s->host, c->port, &s->listen_fd, &s->port, err);
+    if (rc) {
+        srv_stop(s);
+        return rc;
+    }
+    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                  MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                              0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                              MHD_OPTION_CONNECTION_LIMIT, c->max_connections ? c->max_connections : 512u,
+                              MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    if (!s->mhd) {
+        srv_stop(s);
+        return kiln_fail(err, KILN_E_IO, "cannot start the HTTP server on %s:%d", c->host, c->port);
+    }
+    s->listen_fd = -1; /* MHD owns it now */
+    *out = s;
+    return KILN_OK;
+}
+
+kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
+{
+    if (m->ctx < 2) return kiln_fail(err, KILN_E_INVALID, "context of %d tokens is too small", (int)m->ctx);
+    s->tok = m->tok;
+    s->cfg.ctx = m->ctx;
+    s->cfg.n_threads = m->n_threads;
+    if (s->model_dir) {
+        kiln_err e2;
+        kiln_code rc = srv_chat_load(s->model_dir, &s->chat, &e2);
+        if (rc == KILN_E_NOT_FOUND) {
+            KLOG_INFO("srv", "model has no chat template: /v1/chat/completions answers 400");
+        } else if (rc) {
+            if (err) *err = e2;
+            return kiln_err_prefix(err, "chat template: ");
+        }
+    }
+    atomic_store(&s->engine, m->engine);
+    return KILN_OK;
+}
+
+int srv_port(const srv_server *s)
+{
+    return s->port;
+}
+
+void srv_quiesce(srv_server *s)
+{
+    if (!s) return;
+    atomic_store(&s->stopping, 1);
+    if (s->mhd) {
+        MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+        if (fd != MHD_INVALID_SOCKET) close(fd);
+    }
+}
+
+void srv_stop(srv_server *s)
+{
+    if (!s) return;
+    atomic_store(&s->stopping, 1);
+    srv_gen_cancel_all(s);
+    /* Give cancelled streams a bounded time to write their last frames. */
+    double until = plat_now() + 5.0;
+    pthread_mutex_lock(&s->mu);
+    while (s->n_active > 0 && plat_now() < until) {
+        pthread_mutex_unlock(&s->mu);
+        srv_gen_cancel_all(s);
+        usleep(20000);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    srv_chat_free(s->chat);
+    srv_metrics_free(s->metrics);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->host);
+    free(s->model_id);
+    free(s->model_dir);
+    free(s->api_key);
+    free(s);
+}

@@ -1,0 +1,65 @@
+/*
+ * srv_int.h — the server's struct, shared only by the files of server/.
+ */
+#ifndef KILN_SRV_INT_H
+#define KILN_SRV_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "server/srv.h"
+#include "server/srv_chat.h"
+#include "server/srv_error.h"
+#include "server/srv_metrics.h"
+#include "server/srv_openai.h"
+
+struct MHD_Daemon;
+typedef struct srv_gen srv_gen;
+
+struct srv_server {
+    srv_config cfg;               /* strings below are OWNED copies */
+    char *host, *model_id, *model_dir, *api_key;
+    struct MHD_Daemon *mhd;       /* OWNED */
+    int listen_fd;                /* owned by mhd once started */
+    int port;
+    _Atomic(eng_engine *) engine; /* BORROWED; NULL until srv_attach */
+    const tok_tokenizer *tok;     /* BORROWED; set before engine */
+    srv_chat *chat;               /* OWNED; NULL: no chat template */
+    srv_metrics *metrics;         /* OWNED */
+    _Atomic int stopping;         /* set by srv_quiesce: new requests get 503 */
+    _Atomic uint64_t next_id;     /* request ids and unseeded RNG seeds */
+    double t_start;
+    pthread_mutex_t mu;           /* guards active list */
+    pthread_cond_t cv;            /* signalled when a gen leaves the list */
+    srv_gen *active;              /* generations in flight (srv_gen.c) */
+    int n_active;
+};
+
+/* Generation (srv_gen.c) */
+/* Returns 1 while the client is still there. */
+typedef int (*srv_alive_fn)(void *ctx);
+/* Renders/tokenizes the prompt, applies defaults, submits r->n engine requests.
+ * Takes ownership of *r (zeroed on return). On failure *e is filled, *out NULL. */
+int srv_gen_start(srv_server *s, srv_request *r, srv_gen **out, srv_error *e);
+/* Non-streaming: waits for every choice and returns the response (OWNED), or
+ * NULL with *e filled. alive is polled while waiting. */
+json_t *srv_gen_collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e);
+/* Streaming: appends SSE frames to out, waiting up to timeout_ms for events.
+ * Returns 1 when the stream is complete ([DONE] appended), 0 otherwise. */
+int srv_gen_stream(srv_gen *g, srv_buf *out, int timeout_ms);
+/* Cancels what is still running and frees g. NULL is a no-op. */
+void srv_gen_free(srv_gen *g);
+/* Cancels every generation in flight (shutdown). */
+void srv_gen_cancel_all(srv_server *s);
+
+/* Routes that do not generate (srv_routes.c). Each returns the status and
+ * sets *body (OWNED) to a JSON value, or *text for /metrics. */
+int srv_route_models(srv_server *s, json_t **body);
+int srv_route_health(srv_server *s, json_t **body);
+int srv_route_stats(srv_server *s, json_t **body);
+int srv_route_metrics(srv_server *s, srv_buf *text);
+int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body);
+int srv_route_detokenize(srv_server *s, const char *req, size_t len, json_t **body);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * srv_json.c — jansson helpers: byte strings made safe for JSON, compact dumps.
+ * Threads: no shared state.
+ */
+#include "server/srv_json.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of the valid UTF-8 character at s (1..4), or 0 when s[0..len) does not
+ * start with one (overlongs, surrogates and > U+10FFFF are invalid). */
+static size_t utf8_char(const unsigned char *s, size_t len)
+{
+    unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    size_t n;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
+    else return 0;
+    if (len < n) return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+json_t *srv_json_text(const char *s, size_t len)
+{
+    if (!s) return json_string("");
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len && u[i] && utf8_char(u + i, len - i)) i += utf8_char(u + i, len - i);
+    if (i == len) return json_stringn(s, len);
+    /* Slow path: rebuild with U+FFFD for each invalid byte (and NUL kept as is). */
+    char *buf = malloc(len * 3 + 1);
+    if (!buf) return NULL;
+    size_t o = 0;
+    for (i = 0; i < len;) {
+        size_t n = u[i] ? utf8_char(u + i, len - i) : 1;
+        if (n) {
+            memcpy(buf + o, s + i, n);
+            o += n;
+            i += n;
+        } else {
+            memcpy(buf + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn(buf, o);
+    free(buf);
+    return j;
+}
+
+char *srv_json_dump(const json_t *j, size_t *len)
+{
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (len) *len = s ? strlen(s) : 0;
+    return s;
+}
+
+size_t srv_utf8_valid_prefix(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        size_t n = utf8_char(u + i, len - i);
+        if (!n) break;
+        i += n;
+    }
+    return i;
+}

@@ -1,0 +1,21 @@
+/*
+ * srv_json.h — small jansson helpers for the server: strings from arbitrary
+ * bytes (invalid UTF-8 becomes U+FFFD, so a response is always valid JSON) and
+ * compact serialization.
+ */
+#ifndef KILN_SRV_JSON_H
+#define KILN_SRV_JSON_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* API */
+/* New JSON string from len bytes (any bytes); NULL only when out of memory. */
+json_t *srv_json_text(const char *s, size_t len);
+/* Compact JSON text of j, OWNED by the caller (free()); NULL on OOM. *len may be NULL. */
+char *srv_json_dump(const json_t *j, size_t *len);
+/* Length of the longest prefix of s[0..len) that is valid UTF-8 up to a
+ * complete character (an incomplete trailing sequence is left out). */
+size_t srv_utf8_valid_prefix(const char *s, size_t len);
+
+#endif

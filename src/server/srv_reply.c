@@ -1,0 +1,177 @@
+/*
+ * srv_reply.c — OpenAI response objects (see srv_reply.h). Shapes follow the
+ * OpenAI API reference: chat.completion / chat.completion.chunk and
+ * text_completion (also the object of its chunks).
+ * Threads: no shared state.
+ */
+#include "server/srv_reply.h"
+#include "server/srv_json.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+json_t *srv_reply_usage(int32_t prompt_tokens, int32_t completion_tokens, int32_t cached_tokens)
+{
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)prompt_tokens,
+                     "completion_tokens", (json_int_t)completion_tokens, "total_tokens",
+                     (json_int_t)prompt_tokens + completion_tokens, "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)cached_tokens);
+}
+
+static json_t *base(const srv_reply_meta *m, const char *object)
+{
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", m->id, "object", object, "created",
+                     (json_int_t)m->created, "model", m->model ? m->model : "");
+}
+
+static json_t *opt(json_t *j)
+{
+    return j ? j : json_null();
+}
+
+json_t *srv_reply_chunk(const srv_reply_meta *m, int index, json_t *delta, const char *finish,
+                        json_t *logprobs)
+{
+    int chat = m->api == SRV_API_CHAT;
+    json_t *o = base(m, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, chat ? "delta" : "text",
+                               delta ? delta : json_string(""), "logprobs", opt(logprobs),
+                               "finish_reason", finish ? json_string(finish) : json_null());
+    if (!o || !choice || json_object_set_new(o, "choices", json_pack("[o]", choice))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *srv_reply_usage_chunk(const srv_reply_meta *m, json_t *usage)
+{
+    json_t *o = base(m, m->api == SRV_API_CHAT ? "chat.completion.chunk" : "text_completion");
+    if (!o || json_object_set_new(o, "choices", json_array()) ||
+        json_object_set_new(o, "usage", opt(usage))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *srv_reply_choice(const srv_reply_meta *m, int index, json_t *text, json_t *reasoning,
+                         const char *finish, json_t *logprobs)
+{
+    json_t *fin = finish ? json_string(finish) : json_null();
+    if (m->api != SRV_API_CHAT) {
+        json_decref(reasoning);
+        return json_pack("{s:i, s:o, s:o, s:o}", "index", index, "text", opt(text), "logprobs",
+                         opt(logprobs), "finish_reason", fin);
+    }
+    json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", opt(text));
+    if (msg && reasoning) json_object_set_new(msg, "reasoning", reasoning);
+    else json_decref(reasoning);
+    return json_pack("{s:i, s:o, s:o, s:o}", "index", index, "message", msg, "logprobs",
+                     opt(logprobs), "finish_reason", fin);
+}
+
+json_t *srv_reply_full(const srv_reply_meta *m, json_t *choices, json_t *usage)
+{
+    json_t *o = base(m, m->api == SRV_API_CHAT ? "chat.completion" : "text_completion");
+    if (!o || json_object_set_new(o, "choices", opt(choices)) ||
+        json_object_set_new(o, "usage", opt(usage))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *srv_reply_anthropic(const srv_reply_meta *m, json_t *text, json_t *thinking,
+                            const char *stop_reason, const char *stop_sequence,
+                            int32_t input_tokens, int32_t output_tokens, int32_t cached_tokens)
+{
+    json_t *content = json_array();
+    if (thinking)
+        json_array_append_new(content, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                                                 thinking, "signature", ""));
+    if (text) json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text", text));
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:i, s:i, s:i, s:i}}", "id", m->id,
+                     "type", "message", "role", "assistant", "model", m->model ? m->model : "",
+                     "content", content ? content : json_array(), "stop_reason",
+                     stop_reason ? json_string(stop_reason) : json_null(), "stop_sequence",
+                     stop_sequence ? srv_json_text(stop_sequence, strlen(stop_sequence)) : json_null(),
+                     "usage", "input_tokens", (int)input_tokens, "output_tokens", (int)output_tokens,
+                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", (int)cached_tokens);
+}
+
+/* ---------------------------------------------------------------- logprobs */
+
+json_t *srv_logprobs_new(srv_api api)
+{
+    if (api == SRV_API_CHAT) return json_pack("{s:[]}", "content");
+    return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
+                     "text_offset");
+}
+
+/* The token's text (special tokens included) and its raw bytes as a JSON array. */
+static json_t *token_text(const tok_tokenizer *tok, int32_t id, json_t **bytes)
+{
+    char *s = NULL;
+    size_t n = 0;
+    kiln_err err;
+    if (tok_decode(tok, &id, 1, 0, &s, &n, &err) != KILN_OK) {
+        s = NULL;
+        n = 0;
+    }
+    /* SentencePiece decoders drop the leading space of a text's first piece;
+     * a token on its own is not a text's start, so give "▁x" its space back. */
+    const char *piece = tok_token_to_piece(tok, id, NULL);
+    if (s && piece && !strncmp(piece, "\xE2\x96\x81", 3) && (n == 0 || s[0] != ' ')) {
+        char *t = malloc(n + 2);
+        if (t) {
+            t[0] = ' ';
+            memcpy(t + 1, s, n + 1);
+            free(s);
+            s = t;
+            n++;
+        }
+    }
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n && *bytes; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)s[i]));
+    }
+    json_t *j = srv_json_text(s ? s : "", n);
+    free(s);
+    return j;
+}
+
+static double finite_lp(float lp)
+{
+    return lp < -9999.0f ? -9999.0 : (double)lp; /* -inf is not JSON */
+}
+
+int srv_logprobs_add(json_t *lp, srv_api api, const tok_tokenizer *tok, const eng_sample_out *so,
+                     int64_t text_offset)
+{
+    int32_t n_top = so->n_top < 0 ? 0 : so->n_top > ENG_MAX_TOP_LOGPROBS ? ENG_MAX_TOP_LOGPROBS : so->n_top;
+    if (api == SRV_API_CHAT) {
+        json_t *bytes, *top = json_array();
+        json_t *text = token_text(tok, so->token, &bytes);
+        for (int32_t i = 0; i < n_top && top; i++) {
+            json_t *tb, *tt = token_text(tok, so->top_ids[i], &tb);
+            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", opt(tt), "logprob",
+                                                 finite_lp(so->top_logprobs[i]), "bytes", opt(tb)));
+        }
+        json_t *e = json_pack("{s:o, s:f, s:o, s:o}", "token", opt(text), "logprob",
+                              finite_lp(so->logprob), "bytes", opt(bytes), "top_logprobs", opt(top));
+        return e ? json_array_append_new(json_object_get(lp, "content"), e) : -1;
+    }
+    json_t *top = json_object();
+    for (int32_t i = 0; i < n_top && top; i++) {
+        json_t *tt = token_text(tok, so->top_ids[i], NULL);
+        if (tt) json_object_set_new(top, json_string_value(tt), json_real(finite_lp(so->top_logprobs[i])));
+        json_decref(tt);
+    }
+    int rc = json_array_append_new(json_object_get(lp, "tokens"), token_text(tok, so->token, NULL));
+    rc |= json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(finite_lp(so->logprob)));
+    rc |= json_array_append_new(json_object_get(lp, "top_logprobs"), opt(top));
+    rc |= json_array_append_new(json_object_get(lp, "text_offset"), json_integer(text_offset));
+    return rc ? -1 : 0;
+}

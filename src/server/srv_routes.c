@@ -1,0 +1,185 @@
+/*
+ * srv_routes.c — the routes that do not generate: /v1/models, /health,
+ * /stats, /metrics, /tokenize, /detokenize. Each returns an HTTP status and a
+ * body; srv_http.c sends it.
+ * Threads: any HTTP thread; reads the engine through eng_get_stats only.
+ */
+#include "server/srv_int.h"
+#include "server/srv_json.h"
+#include "util/plat.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int fail(json_t **body, int kind, const char *param, const char *msg)
+{
+    srv_error e = srv_error_make(kind, param, "%s", msg);
+    *body = srv_error_json(&e);
+    return srv_error_status(kind);
+}
+
+static int fail_err(json_t **body, const kiln_err *err, const char *param)
+{
+    srv_error e = srv_error_from(err, param);
+    *body = srv_error_json(&e);
+    return srv_error_status(e.kind);
+}
+
+int srv_route_models(srv_server *s, json_t **body)
+{
+    time_t created = time(NULL) - (time_t)(plat_now() - s->t_start);
+    *body = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
+                      s->model_id, "object", "model", "created", (json_int_t)created, "owned_by",
+                      "kiln", "max_model_len", (int)s->cfg.ctx);
+    return 200;
+}
+
+int srv_route_health(srv_server *s, json_t **body)
+{
+    if (atomic_load(&s->stopping)) {
+        *body = json_pack("{s:s}", "status", "stopping");
+        return 503;
+    }
+    if (!atomic_load(&s->engine)) {
+        *body = json_pack("{s:s}", "status", "loading");
+        return 503;
+    }
+    *body = json_pack("{s:s}", "status", "ok");
+    return 200;
+}
+
+int srv_route_stats(srv_server *s, json_t **body)
+{
+    eng_engine *e = atomic_load(&s->engine);
+    if (!e) return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
+    eng_stats st = eng_get_stats(e);
+    double per_tok = st.kv.n_blocks && st.kv_block_tokens
+                         ? (double)st.kv.bytes / ((double)st.kv.n_blocks * st.kv_block_tokens)
+                         : 0.0;
+    pthread_mutex_lock(&s->mu);
+    int in_flight = s->n_active;
+    pthread_mutex_unlock(&s->mu);
+    json_t *j = json_pack(
+        "{s:s, s:f, s:{s:i, s:i, s:i, s:i}, s:{s:i, s:i, s:i, s:i, s:i, s:I}, "
+        "s:{s:I, s:I, s:I, s:I}, s:{s:i, s:i, s:I, s:I, s:i}, "
+        "s:{s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:f}}",
+        "model", s->model_id, "uptime_s", plat_now() - s->t_start,
+        "batch", "configured", (int)s->cfg.batch, "active", (int)st.running, "queued", (int)st.waiting,
+        "http_in_flight", in_flight,
+        "kv", "blocks_total", (int)st.kv.n_blocks, "blocks_used", (int)st.kv.n_active,
+        "blocks_cached", (int)st.kv.n_cached, "blocks_free", (int)st.kv.n_free, "block_tokens",
+        (int)st.kv_block_tokens, "bytes", (json_int_t)st.kv.bytes,
+        "prefix_cache", "hits", (json_int_t)st.kv.hits, "misses", (json_int_t)st.kv.misses,
+        "hit_tokens", (json_int_t)st.cached_tokens, "hit_bytes",
+        (json_int_t)((double)st.cached_tokens * per_tok),
+        "admission", "max_batch", (int)s->cfg.batch, "max_queue", (int)s->cfg.max_queue,
+        "ctx", (json_int_t)s->cfg.ctx, "max_tokens", (json_int_t)s->cfg.max_tokens, "threads",
+        s->cfg.n_threads,
+        "requests", "total", (json_int_t)st.requests_total, "finished",
+        (json_int_t)st.requests_finished, "cancelled", (json_int_t)st.requests_cancelled, "failed",
+        (json_int_t)st.requests_failed,
+        "tokens", "prompt", (json_int_t)st.prompt_tokens, "completion",
+        (json_int_t)st.completion_tokens, "cached", (json_int_t)st.cached_tokens,
+        "engine", "steps", (json_int_t)st.steps, "step_tokens", (json_int_t)st.step_tokens,
+        "preemptions", (json_int_t)st.preemptions, "busy_s", st.busy_s);
+    *body = j;
+    return j ? 200 : 500;
+}
+
+int srv_route_metrics(srv_server *s, srv_buf *text)
+{
+    eng_engine *e = atomic_load(&s->engine);
+    eng_stats st;
+    if (e) st = eng_get_stats(e);
+    return srv_metrics_render(s->metrics, e ? &st : NULL, plat_now() - s->t_start, text) ? 500 : 200;
+}
+
+/* ---------------------------------------------------------------- tokenize */
+
+static json_t *load_object(const char *req, size_t len, json_t **body, int *status)
+{
+    json_error_t je;
+    json_t *j = json_loadb(req, len, 0, &je);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        *status = fail(body, KILN_E_INVALID, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body)
+{
+    if (!atomic_load(&s->engine)) return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
+    int status = 200;
+    json_t *j = load_object(req, len, body, &status);
+    if (!j) return status;
+    int32_t *ids = NULL, n = 0;
+    kiln_err err;
+    kiln_code rc;
+    json_t *prompt = json_object_get(j, "prompt");
+    if (json_object_get(j, "messages")) {
+        srv_request r;
+        char param[64];
+        if ((rc = srv_parse_request(SRV_API_CHAT, req, len, &r, param, &err))) {
+            json_decref(j);
+            return fail_err(body, &err, param[0] ? param : NULL);
+        }
+        rc = s->chat ? srv_chat_prompt(s->chat, s->tok, &r, s->cfg.thinking, &ids, &n, NULL, &err)
+                     : kiln_fail(&err, KILN_E_INVALID, "the model has no chat template");
+        srv_request_free(&r);
+    } else if (json_is_string(prompt)) {
+        json_t *add = json_object_get(j, "add_special_tokens");
+        size_t nn = 0;
+        unsigned fl = TOK_PARSE_SPECIAL | (add && !json_is_true(add) ? 0 : TOK_ADD_SPECIAL);
+        rc = tok_encode(s->tok, json_string_value(prompt), json_string_length(prompt), fl, &ids, &nn, &err);
+        n = (int32_t)nn;
+    } else {
+        json_decref(j);
+        return fail(body, KILN_E_INVALID, "prompt", "send 'prompt' (a string) or 'messages'");
+    }
+    json_decref(j);
+    if (rc) return fail_err(body, &err, NULL);
+    json_t *arr = json_array();
+    for (int32_t i = 0; i < n && arr; i++) json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    *body = json_pack("{s:o, s:i, s:i}", "tokens", arr ? arr : json_null(), "count", (int)n,
+                      "max_model_len", (int)s->cfg.ctx);
+    return *body ? 200 : 500;
+}
+
+int srv_route_detokenize(srv_server *s, const char *req, size_t len, json_t **body)
+{
+    if (!atomic_load(&s->engine)) return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
+    int status = 200;
+    json_t *j = load_object(req, len, body, &status);
+    if (!j) return status;
+    json_t *toks = json_object_get(j, "tokens");
+    if (!json_is_array(toks)) {
+        json_decref(j);
+        return fail(body, KILN_E_INVALID, "tokens", "'tokens' must be an array of token ids");
+    }
+    size_t n = json_array_size(toks), i;
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    int32_t vocab = tok_vocab_size(s->tok);
+    json_t *v;
+    json_array_foreach(toks, i, v) {
+        if (!ids || !json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab) {
+            free(ids);
+            json_decref(j);
+            return fail(body, KILN_E_INVALID, "tokens", "'tokens' must hold token ids in [0, vocab)");
+        }
+        ids[i] = (int32_t)json_integer_value(v);
+    }
+    json_decref(j);
+    char *text = NULL;
+    size_t tl = 0;
+    kiln_err err;
+    kiln_code rc = tok_decode(s->tok, ids, n, 0, &text, &tl, &err);
+    free(ids);
+    if (rc) return fail_err(body, &err, "tokens");
+    *body = json_pack("{s:o}", "prompt", srv_json_text(text, tl));
+    free(text);
+    return *body ? 200 : 500;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# test_serve_get.sh — `kiln get` against a local mock hub (tests/cli/serve_mock_hub.py):
+# download into the HF cache layout, resume, sha256 check, offline and 404
+# errors; then `kiln serve` resolving a repo id (and no --model) from the cache.
+set -uo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+KILN_SOURCE_DIR="${KILN_SOURCE_DIR:-$HERE/../..}"
+KILN_BIN="${KILN_BIN:-$KILN_SOURCE_DIR/build/kiln}"
+KILN_SHARED_DIR="${KILN_SHARED_DIR:-$KILN_SOURCE_DIR/../shared}"
+MODEL="$KILN_SHARED_DIR/models/stories260K"
+PASS=0; FAIL=0
+check() { local n=$1; shift; if "$@"; then PASS=$((PASS+1)); echo "ok   $n"; else FAIL=$((FAIL+1)); echo "FAIL $n"; fi; }
+[ -x "$KILN_BIN" ] && [ -d "$MODEL" ] && command -v python3 >/dev/null || { echo "SKIP: needs kiln, python3 and $MODEL"; echo "0 passed, 0 failed"; exit 0; }
+T=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+python3 "$HERE/serve_mock_hub.py" "$MODEL" "$T/port" "$T/hub.log" & PIDS+=($!)
+for _ in $(seq 1 100); do [ -s "$T/port" ] && break; sleep 0.05; done
+export KILN_HF_ENDPOINT="http://127.0.0.1:$(cat "$T/port")"
+export HF_HOME="$T/hf" HF_HUB_CACHE=""
+SNAP="$T/hf/hub/models--test-org--tiny/snapshots/0123456789abcdef0123456789abcdef01234567"
+
+# resume: a partial file left by an interrupted download
+mkdir -p "$SNAP"
+head -c 4000 "$MODEL/model.safetensors" > "$SNAP/model.safetensors.incomplete"
+out=$("$KILN_BIN" get test-org/tiny --quiet 2>&1); rc=$?
+check "kiln get exits 0" [ $rc -eq 0 ]
+check "prints the snapshot folder" [ "$out" = "$SNAP" ]
+for f in config.json tokenizer.json model.safetensors generation_config.json; do
+  check "$f equals the source" cmp -s "$MODEL/$f" "$SNAP/$f"
+done
+check "refs/main holds the commit" grep -qx 0123456789abcdef0123456789abcdef01234567 "$T/hf/hub/models--test-org--tiny/refs/main"
+check "*.bin is skipped" [ ! -e "$SNAP/pytorch_model.bin" ]
+check "no .incomplete left" bash -c "! ls $SNAP/*.incomplete 2>/dev/null | grep -q ."
+check "the partial file was resumed with a Range request" grep -q "model.safetensors range=bytes=4000-" "$T/hub.log"
+lines=$(wc -l < "$T/hub.log")
+"$KILN_BIN" get test-org/tiny --quiet >/dev/null 2>&1
+check "a second get downloads nothing" [ "$(grep -c resolve "$T/hub.log")" -eq "$(head -n "$lines" "$T/hub.log" | grep -c resolve)" ]
+
+out=$("$KILN_BIN" get test-org/corrupt --quiet 2>&1); rc=$?
+check "sha256 mismatch fails" [ $rc -ne 0 ]
+check "sha256 mismatch is explained" grep -q "sha256" <<<"$out"
+out=$("$KILN_BIN" get test-org/missing --quiet 2>&1); rc=$?
+fails_with() { [ "$1" -ne 0 ] && grep -q "$2" <<<"$3"; }
+check "unknown repo fails clearly" fails_with $rc "not found" "$out"
+out=$(KILN_HF_ENDPOINT=http://127.0.0.1:1 "$KILN_BIN" get test-org/other --quiet 2>&1); rc=$?
+check "offline fails clearly" fails_with $rc "offline" "$out"
+out=$("$KILN_BIN" get 2>&1); rc=$?
+check "no repo id is a usage error" [ $rc -eq 2 ]
+
+# kiln serve with a repo id from the cache, and with no --model at all
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+serve_ok() {
+  "$KILN_BIN" serve --port "$PORT" --threads 1 "$@" > "$T/serve.out" 2>&1 & local pid=$!
+  local ok=1
+  for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && { ok=0; break; }; sleep 0.05; done
+  [ $ok = 0 ] && curl -s "http://127.0.0.1:$PORT/v1/models" | grep -q '"id":"test-org/tiny"' || ok=1
+  kill -TERM $pid; wait $pid || ok=1
+  return $ok
+}
+check "serve --model ORG/NAME resolves from the cache" serve_ok --model test-org/tiny
+check "serve without --model picks the cached model" serve_ok
+out=$("$KILN_BIN" serve --model test-org/absent --port "$PORT" 2>&1 </dev/null); rc=$?
+check "serve with an unknown repo fails clearly" fails_with $rc "not found" "$out"
+out=$("$KILN_BIN" serve --model /nonexistent/dir --port "$PORT" 2>&1); rc=$?
+check "serve with a missing folder fails" [ $rc -ne 0 ]
+out=$("$KILN_BIN" serve --model "$MODEL" --thinking maybe 2>&1); rc=$?
+check "bad --thinking is a usage error" [ $rc -eq 2 ]
+out=$("$KILN_BIN" serve --model "$MODEL" --batch 0 2>&1); rc=$?
+check "bad --batch is a usage error" [ $rc -eq 2 ]
+echo "$PASS passed, $FAIL failed"
+[ $FAIL -eq 0 ]

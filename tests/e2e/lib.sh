@@ -1,0 +1,108 @@
+# lib.sh — shared helpers for the e2e scripts: build test models, start a real
+# `kiln serve` on 127.0.0.1 with a free port, wait for /health, always stop it.
+#   . "$(dirname "$0")/lib.sh"
+#   e2e_server SRV --model DIR [flags...]     # sets SRV_PID, SRV_URL, SRV_LOG
+#   check "name" cmd...                       # counts a pass or a fail
+#   e2e_done                                  # prints "N passed, M failed", exit status
+set -uo pipefail
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+KILN_SOURCE_DIR="${KILN_SOURCE_DIR:-$(cd "$E2E_DIR/../.." && pwd)}"
+KILN_BINARY_DIR="${KILN_BINARY_DIR:-$KILN_SOURCE_DIR/build}"
+KILN_BIN="${KILN_BIN:-$KILN_BINARY_DIR/kiln}"
+KILN_SHARED_DIR="${KILN_SHARED_DIR:-$KILN_SOURCE_DIR/../shared}"
+STORIES="$KILN_SHARED_DIR/models/stories260K"
+E2E_PASS=0
+E2E_FAIL=0
+E2E_PIDS=()
+E2E_TMP="$(mktemp -d)"
+export NODE_PATH="$E2E_DIR/node_modules"
+
+e2e_cleanup() {
+  for p in "${E2E_PIDS[@]:-}"; do
+    [ -n "$p" ] && kill -TERM "$p" 2>/dev/null
+  done
+  for p in "${E2E_PIDS[@]:-}"; do
+    [ -n "$p" ] && wait "$p" 2>/dev/null
+  done
+  rm -rf "$E2E_TMP"
+}
+trap e2e_cleanup EXIT
+
+e2e_skip() { echo "SKIP: $*"; echo "0 passed, 0 failed"; exit 0; }
+
+e2e_need() {
+  [ -x "$KILN_BIN" ] || e2e_skip "no kiln binary at $KILN_BIN"
+  command -v curl >/dev/null || e2e_skip "curl is not installed"
+  if [ "${1:-}" = node ]; then
+    command -v node >/dev/null || e2e_skip "node is not installed"
+    [ -d "$E2E_DIR/node_modules/openai" ] || e2e_skip "run npm install in tests/e2e (scripts/test.sh does)"
+  fi
+}
+
+# A tiny qwen3 test model with a ChatML template (made once per build dir).
+e2e_chat_model() {
+  local out="$KILN_BINARY_DIR/test-models/e2e-qwen3-tiny-f32"
+  if [ ! -f "$out/model.safetensors" ]; then
+    mkdir -p "$KILN_BINARY_DIR/test-models"
+    "$KILN_SOURCE_DIR/tools/make-test-model" --arch qwen3 --dtype f32 --shape tiny --out "$out.tmp$$" >/dev/null &&
+      { rm -rf "$out"; mv "$out.tmp$$" "$out"; }
+  fi
+  [ -f "$out/model.safetensors" ] || e2e_skip "cannot make the test model (python3-numpy missing?)"
+  echo "$out"
+}
+
+e2e_free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# e2e_server NAME [kiln serve flags...]: starts the server and waits for /health.
+e2e_server() {
+  local name=$1; shift
+  local port; port=$(e2e_free_port)
+  local log="$E2E_TMP/$name.log"
+  "$KILN_BIN" serve --host 127.0.0.1 --port "$port" --threads "${E2E_THREADS:-2}" "$@" >"$log" 2>&1 &
+  local pid=$!
+  E2E_PIDS+=("$pid")
+  printf -v "${name}_PID" '%s' "$pid"
+  printf -v "${name}_URL" '%s' "http://127.0.0.1:$port"
+  printf -v "${name}_LOG" '%s' "$log"
+  for _ in $(seq 1 300); do
+    if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server $name did not become healthy:"; cat "$log"
+  return 1
+}
+
+e2e_stop() { # e2e_stop PID: SIGTERM, wait, returns the exit status
+  kill -TERM "$1" 2>/dev/null
+  local rc=0
+  wait "$1" || rc=$?
+  return $rc
+}
+
+check() {
+  local name=$1; shift
+  if "$@"; then
+    E2E_PASS=$((E2E_PASS + 1)); echo "ok   $name"
+  else
+    E2E_FAIL=$((E2E_FAIL + 1)); echo "FAIL $name"
+  fi
+}
+
+# run_node FILE URL [args]: a node test file prints "N passed, M failed" on its last line.
+run_node() {
+  local out; out=$(cd "$E2E_DIR" && node "$@" 2>&1); local rc=$?
+  echo "$out"
+  local p f
+  p=$(echo "$out" | tail -n 1 | sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1/p')
+  f=$(echo "$out" | tail -n 1 | sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\2/p')
+  E2E_PASS=$((E2E_PASS + ${p:-0})); E2E_FAIL=$((E2E_FAIL + ${f:-0}))
+  if [ $rc -ne 0 ] && [ "${f:-0}" = 0 ]; then E2E_FAIL=$((E2E_FAIL + 1)); fi
+}
+
+e2e_done() {
+  echo "$E2E_PASS passed, $E2E_FAIL failed"
+  [ "$E2E_FAIL" -eq 0 ]
+}

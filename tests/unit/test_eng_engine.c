@@ -1,0 +1,275 @@
+/*
+ * test_eng_engine.c — the serving engine on a real model (stories260K):
+ * results independent of load, stop strings with hold-back, cancellation
+ * freeing KV, queue limits, prefix-cache reuse.
+ */
+#include "engine/eng_engine.h"
+#include "test_model.h"
+
+typedef struct {
+    int32_t toks[512];
+    int n_toks;
+    char text[8192];
+    size_t text_len;
+    eng_finish finish;
+    int32_t cached, prompt_tokens, completion_tokens;
+    char stop_matched[64]; /* copied: the event's pointer lives as long as the handle */
+} collected;
+
+static int collect(eng_handle *h, collected *c)
+{
+    memset(c, 0, sizeof *c);
+    eng_event ev;
+    int rc;
+    while ((rc = eng_handle_next(h, &ev, 60000)) == 0) {
+        if (ev.text_len && c->text_len + ev.text_len < sizeof c->text) {
+            memcpy(c->text + c->text_len, ev.text, ev.text_len);
+            c->text_len += ev.text_len;
+        }
+        if (ev.kind == ENG_EV_TOKEN && c->n_toks < 512) c->toks[c->n_toks++] = ev.token;
+        int last = ev.kind != ENG_EV_TOKEN;
+        if (last) {
+            c->finish = ev.kind == ENG_EV_ERROR ? ENG_FINISH_ERROR : ev.finish;
+            c->cached = ev.cached_tokens;
+            c->prompt_tokens = ev.prompt_tokens;
+            c->completion_tokens = ev.completion_tokens;
+            if (ev.stop_matched) snprintf(c->stop_matched, sizeof c->stop_matched, "%s", ev.stop_matched);
+        }
+        eng_event_clear(&ev);
+        if (last) return 0;
+    }
+    return -1;
+}
+
+static eng_runtime *rt;
+static tok_tokenizer *tok;
+static char dir[512];
+
+static eng_engine *start(int max_seqs, int max_queue)
+{
+    kiln_err err;
+    eng_runtime_opts o = eng_runtime_opts_default();
+    o.ctx = 512;
+    o.max_seqs = max_seqs;
+    o.n_threads = 1;
+    o.block_tokens = 8;
+    o.max_step_tokens = 64;
+    if (eng_runtime_open(dir, &o, &rt, &err)) return NULL;
+    if (tok_load(dir, &tok, &err)) return NULL;
+    eng_engine_opts eo = eng_engine_opts_default();
+    eo.max_queue = max_queue;
+    eo.prefill_chunk = 16;
+    eng_engine *e;
+    if (eng_engine_start(rt, tok, &eo, &e, &err)) return NULL;
+    return e;
+}
+
+static void stop_all(eng_engine *e)
+{
+    eng_engine_stop(e);
+    eng_runtime_close(rt);
+    tok_destroy(tok);
+    rt = NULL;
+    tok = NULL;
+}
+
+static eng_params params(const int32_t *prompt, int32_t n, int32_t max_tokens, float temp,
+                         uint64_t seed)
+{
+    eng_params p = eng_params_default();
+    p.prompt = prompt;
+    p.n_prompt = n;
+    p.max_tokens = max_tokens;
+    p.sp.temperature = temp;
+    p.sp.seed = seed;
+    return p;
+}
+
+static const int32_t prompt_a[] = {1, 403, 407, 261, 378};
+static const int32_t prompt_b[] = {1, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
+                                   381, 261, 370, 268, 414, 444, 373, 280};
+
+static int skip_if_absent(void)
+{
+    test_shared_path(dir, sizeof dir, "models/stories260K");
+    return !test_path_exists(dir);
+}
+
+static void test_concurrent_requests_equal_each_alone(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    eng_engine *e = start(8, 64);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    enum { N = 6 };
+    eng_params ps[N] = {
+        params(prompt_a, 5, 40, 0.0f, 0),   params(prompt_b, 21, 30, 0.0f, 0),
+        params(prompt_a, 5, 40, 0.8f, 7),   params(prompt_b, 21, 35, 1.0f, 9),
+        params(prompt_a, 3, 25, 0.7f, 11),  params(prompt_b, 10, 33, 0.0f, 0),
+    };
+    ps[3].sp.top_p = 0.9f;
+    ps[4].sp.top_k = 5;
+    ps[4].sp.repetition_penalty = 1.3f;
+    ps[5].sp.presence_penalty = 0.5f;
+    collected alone[N], together[N];
+    for (int i = 0; i < N; i++) {
+        eng_handle *h;
+        ASSERT_OK(eng_submit(e, &ps[i], &h, &err));
+        collect(h, &alone[i]);
+        eng_handle_release(h);
+    }
+    eng_handle *hs[N];
+    for (int i = 0; i < N; i++) ASSERT_OK(eng_submit(e, &ps[i], &hs[i], &err));
+    for (int i = 0; i < N; i++) {
+        collect(hs[i], &together[i]);
+        eng_handle_release(hs[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        ASSERT_TRUE(alone[i].n_toks > 0);
+        ASSERT_EQ_I64(alone[i].n_toks, together[i].n_toks);
+        ASSERT_TRUE(memcmp(alone[i].toks, together[i].toks, sizeof(int32_t) * (size_t)alone[i].n_toks) == 0);
+        ASSERT_EQ_I64(alone[i].text_len, together[i].text_len);
+        ASSERT_TRUE(memcmp(alone[i].text, together[i].text, alone[i].text_len) == 0);
+    }
+    eng_stats st = eng_get_stats(e);
+    ASSERT_EQ_I64(st.kv.n_active, 0);
+    ASSERT_TRUE(st.requests_finished == 2 * N);
+    stop_all(e);
+}
+
+static void test_stop_string_across_tokens_is_excluded_and_never_leaked(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    eng_engine *e = start(4, 16);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_params p = params(prompt_a, 5, 60, 0.0f, 0);
+    eng_handle *h;
+    collected full, cut;
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    collect(h, &full);
+    eng_handle_release(h);
+    ASSERT_TRUE(full.text_len > 40);
+    /* a stop string made of the text around a token boundary, 20+ bytes in */
+    char stop[16];
+    memcpy(stop, full.text + 20, 7);
+    stop[7] = '\0';
+    const char *first = strstr(full.text, stop);
+    size_t at = (size_t)(first - full.text);
+    p.stop[0] = "zzzz-never";
+    p.stop[1] = stop;
+    p.n_stop = 2;
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    /* every event's text must be a prefix of the final text; none holds the stop */
+    collect(h, &cut);
+    eng_handle_release(h);
+    ASSERT_EQ_I64(cut.finish, ENG_FINISH_STOP);
+    ASSERT_STR_EQ(cut.stop_matched, stop);
+    ASSERT_EQ_I64(cut.text_len, at);
+    ASSERT_TRUE(memcmp(cut.text, full.text, at) == 0);
+    stop_all(e);
+}
+
+static void test_cancel_frees_blocks(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    eng_engine *e = start(4, 16);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_params p = params(prompt_b, 21, 400, 0.0f, 0);
+    p.ignore_eos = true;
+    eng_handle *h;
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    eng_event ev;
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ_I64(eng_handle_next(h, &ev, 60000), 0);
+        eng_event_clear(&ev);
+    }
+    eng_handle_release(h); /* client gone */
+    eng_stats st;
+    for (int i = 0; i < 500; i++) {
+        st = eng_get_stats(e);
+        if (st.requests_finished == 1) break;
+        usleep(10000);
+    }
+    ASSERT_EQ_I64(st.requests_cancelled, 1);
+    ASSERT_EQ_I64(st.kv.n_active, 0);
+    ASSERT_EQ_I64(st.running, 0);
+    stop_all(e);
+}
+
+static void test_queue_full_is_busy_and_stop_cancels_waiting(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    eng_engine *e = start(1, 2);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_params p = params(prompt_b, 21, 300, 0.0f, 0);
+    p.ignore_eos = true;
+    eng_handle *h[4] = {0};
+    ASSERT_OK(eng_submit(e, &p, &h[0], &err));
+    for (int i = 0; i < 1000 && eng_get_stats(e).running < 1; i++) usleep(5000); /* admitted */
+    ASSERT_OK(eng_submit(e, &p, &h[1], &err));
+    ASSERT_OK(eng_submit(e, &p, &h[2], &err));
+    ASSERT_CODE(eng_submit(e, &p, &h[3], &err), KILN_E_BUSY);
+    eng_engine_stop(e); /* in-flight and waiting get CANCELLED */
+    for (int i = 0; i < 3; i++) {
+        collected c;
+        ASSERT_EQ_I64(collect(h[i], &c), 0);
+        ASSERT_EQ_I64(c.finish, ENG_FINISH_CANCELLED);
+        eng_handle_release(h[i]);
+    }
+    eng_runtime_close(rt);
+    tok_destroy(tok);
+}
+
+static void test_prefix_cache_reuses_blocks_with_same_output(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    eng_engine *e = start(4, 16);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_params p = params(prompt_b, 21, 20, 0.0f, 0);
+    collected c1, c2;
+    eng_handle *h;
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    collect(h, &c1);
+    eng_handle_release(h);
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    collect(h, &c2);
+    eng_handle_release(h);
+    ASSERT_EQ_I64(c1.cached, 0);
+    ASSERT_EQ_I64(c2.cached, 16); /* two full blocks of 8; the last token is recomputed */
+    ASSERT_EQ_I64(c1.n_toks, c2.n_toks);
+    ASSERT_TRUE(memcmp(c1.toks, c2.toks, sizeof(int32_t) * (size_t)c1.n_toks) == 0);
+    ASSERT_TRUE(eng_get_stats(e).kv.hits >= 2);
+    stop_all(e);
+}
+
+static void test_invalid_requests_are_refused(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    eng_engine *e = start(2, 4);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_handle *h;
+    eng_params p = params(prompt_a, 0, 5, 0.0f, 0);
+    ASSERT_CODE(eng_submit(e, &p, &h, &err), KILN_E_INVALID);
+    int32_t bad[2] = {1, 600};
+    p = params(bad, 2, 5, 0.0f, 0);
+    ASSERT_CODE(eng_submit(e, &p, &h, &err), KILN_E_INVALID);
+    p = params(prompt_a, 5, 5, -2.0f, 0);
+    ASSERT_CODE(eng_submit(e, &p, &h, &err), KILN_E_INVALID);
+    stop_all(e);
+}
+
+int main(void)
+{
+    RUN(test_concurrent_requests_equal_each_alone);
+    RUN(test_stop_string_across_tokens_is_excluded_and_never_leaked);
+    RUN(test_cancel_frees_blocks);
+    RUN(test_queue_full_is_busy_and_stop_cancels_waiting);
+    RUN(test_prefix_cache_reuses_blocks_with_same_output);
+    RUN(test_invalid_requests_are_refused);
+    return TEST_DONE();
+}
