@@ -157,14 +157,17 @@ static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     }
 }
 
+/* One item = one (sequence, KV head): its query heads together, so the kernel
+ * reads each K/V row once for the whole group. */
 static void attn_items(void *ctx, int64_t i0, int64_t i1, int tid)
 {
     step *s = ctx;
-    int32_t nh = (int32_t)s->cx->m->cfg.n_heads;
+    const wt_config *c = &s->cx->m->cfg;
+    int32_t nkv = (int32_t)c->n_kv_heads, group = (int32_t)(c->n_heads / c->n_kv_heads);
     float *scratch = s->scratch + (size_t)tid * (size_t)s->cx->attn_scratch;
     for (int64_t i = i0; i < i1; i++) {
-        int32_t sq = (int32_t)(i / nh), h = (int32_t)(i % nh);
-        kn_attn_heads(&s->aa[sq], h, h + 1, scratch);
+        int32_t sq = (int32_t)(i / nkv), g = (int32_t)(i % nkv);
+        kn_attn_heads(&s->aa[sq], g * group, (g + 1) * group, scratch);
     }
 }
 
@@ -290,7 +293,7 @@ static void layer_forward(step *s, int32_t L)
     add_bias_rows(s->v, ly->bv, T, kd);
     kn_pool_for(cx->pool, T, grain, qkv_rows, s);
     step_bind_layer(s, L);
-    kn_pool_for(cx->pool, (int64_t)s->n_seqs * c->n_heads, 1, attn_items, s);
+    kn_pool_for(cx->pool, (int64_t)s->n_seqs * c->n_kv_heads, 1, attn_items, s);
     kn_matmul(cx->pool, &ly->wo, s->att, T, s->h);
     add_bias_rows(s->h, ly->bo, T, H);
     kn_add(s->x, s->h, T * H);
