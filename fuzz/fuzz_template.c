@@ -11,12 +11,16 @@
 
 static const char *CONTEXT =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
-    " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi \\u00e9\"}, {\"type\": \"image\"}]},"
-    " {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"type\": \"function\", \"function\":"
+    " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi \\u00e9\"}, "
+    "{\"type\": \"image\"}]},"
+    " {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"type\": \"function\", "
+    "\"function\":"
     " {\"name\": \"f\", \"arguments\": {\"x\": 1.5, \"y\": [true, null]}}}]},"
     " {\"role\": \"tool\", \"content\": \"42\"}, {\"role\": \"user\", \"content\": \"and?\"}],"
-    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}],"
-    " \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"n\": 3, \"enable_thinking\": false}";
+    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+    "{\"type\": \"object\"}}}],"
+    " \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"n\": 3, "
+    "\"enable_thinking\": false}";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

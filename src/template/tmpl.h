@@ -50,8 +50,8 @@ tmpl_options tmpl_options_default(void);
 /* API: compile and render */
 /* Compiles src[0..len). opt NULL means tmpl_options_default(). *out is OWNED by the
  * caller (tmpl_free). Syntax errors: KILN_E_INVALID, "template:LINE:COL: ...". */
-kiln_code tmpl_compile(const char *src, size_t len, const tmpl_options *opt,
-                       tmpl_template **out, kiln_err *err);
+kiln_code tmpl_compile(const char *src, size_t len, const tmpl_options *opt, tmpl_template **out,
+                       kiln_err *err);
 void tmpl_free(tmpl_template *t); /* NULL is a no-op */
 
 /* Renders t with context (a dict from tmpl_value_dict_new/tmpl_value_from_json, or NULL).
@@ -117,7 +117,7 @@ kiln_code tmpl_json_context(const json_t *context, const json_t *special_tokens,
 
 /* A model folder's chat template and special tokens. */
 typedef struct {
-    char *template_text;   /* OWNED: NUL-terminated Jinja source */
+    char *template_text;    /* OWNED: NUL-terminated Jinja source */
     json_t *special_tokens; /* OWNED: {"bos_token": "<s>", ...}; strings only */
 } tmpl_chat_files;
 

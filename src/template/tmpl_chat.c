@@ -46,9 +46,12 @@ kiln_code tmpl_chat_context(const json_t *messages, const json_t *tools, const j
                    : tmpl_value_dict_set(ctx, "tools", tmpl_value_none(), err);
     if (rc == KILN_OK) rc = tmpl_value_dict_set(ctx, "documents", tmpl_value_none(), err);
     if (rc == KILN_OK)
-        rc = tmpl_value_dict_set(ctx, "add_generation_prompt", tmpl_value_bool(add_generation_prompt), err);
-    if (rc == KILN_OK && bos) rc = tmpl_value_dict_set(ctx, "bos_token", tmpl_value_cstring(bos), err);
-    if (rc == KILN_OK && eos) rc = tmpl_value_dict_set(ctx, "eos_token", tmpl_value_cstring(eos), err);
+        rc = tmpl_value_dict_set(ctx, "add_generation_prompt",
+                                 tmpl_value_bool(add_generation_prompt), err);
+    if (rc == KILN_OK && bos)
+        rc = tmpl_value_dict_set(ctx, "bos_token", tmpl_value_cstring(bos), err);
+    if (rc == KILN_OK && eos)
+        rc = tmpl_value_dict_set(ctx, "eos_token", tmpl_value_cstring(eos), err);
     if (rc == KILN_OK && extra_vars) {
         const char *k;
         json_t *v;
@@ -65,16 +68,15 @@ kiln_code tmpl_chat_context(const json_t *messages, const json_t *tools, const j
     return KILN_OK;
 }
 
-kiln_code tmpl_render_chat(const char *template_text, const json_t *messages,
-                           const json_t *tools, const json_t *extra_vars,
-                           bool add_generation_prompt, const char *bos, const char *eos,
-                           char **out, size_t *out_len, kiln_err *err)
+kiln_code tmpl_render_chat(const char *template_text, const json_t *messages, const json_t *tools,
+                           const json_t *extra_vars, bool add_generation_prompt, const char *bos,
+                           const char *eos, char **out, size_t *out_len, kiln_err *err)
 {
     *out = NULL;
     if (!template_text) return kiln_fail(err, KILN_E_INVALID, "chat template: no template");
     tmpl_value *ctx;
-    kiln_code rc = tmpl_chat_context(messages, tools, extra_vars, add_generation_prompt, bos, eos,
-                                     &ctx, err);
+    kiln_code rc =
+        tmpl_chat_context(messages, tools, extra_vars, add_generation_prompt, bos, eos, &ctx, err);
     if (rc != KILN_OK) return rc;
     rc = render_with(template_text, ctx, out, out_len, err);
     tmpl_value_free(ctx);
@@ -94,8 +96,9 @@ kiln_code tmpl_json_context(const json_t *context, const json_t *special_tokens,
     static const char *const first[] = {"messages", "tools", "documents"};
     for (size_t i = 0; rc == KILN_OK && i < 3; i++) {
         const json_t *v = json_object_get(context, first[i]);
-        rc = v ? set_json(ctx, first[i], v, err)
-               : i == 0 ? KILN_OK : tmpl_value_dict_set(ctx, first[i], tmpl_value_none(), err);
+        rc = v        ? set_json(ctx, first[i], v, err)
+             : i == 0 ? KILN_OK
+                      : tmpl_value_dict_set(ctx, first[i], tmpl_value_none(), err);
     }
     if (rc == KILN_OK && !json_object_get(context, "add_generation_prompt"))
         rc = tmpl_value_dict_set(ctx, "add_generation_prompt", tmpl_value_bool(false), err);
@@ -125,8 +128,7 @@ kiln_code tmpl_json_context(const json_t *context, const json_t *special_tokens,
 }
 
 kiln_code tmpl_render_json(const char *template_text, const json_t *context,
-                           const json_t *special_tokens, char **out, size_t *out_len,
-                           kiln_err *err)
+                           const json_t *special_tokens, char **out, size_t *out_len, kiln_err *err)
 {
     *out = NULL;
     if (!template_text) return kiln_fail(err, KILN_E_INVALID, "chat template: no template");
@@ -190,8 +192,7 @@ static char *pick_template(const json_t *t, bool has_tools)
     return json_is_string(pick) ? strdup(json_string_value(pick)) : NULL;
 }
 
-kiln_code tmpl_chat_load(const char *model_dir, bool has_tools, tmpl_chat_files *out,
-                         kiln_err *err)
+kiln_code tmpl_chat_load(const char *model_dir, bool has_tools, tmpl_chat_files *out, kiln_err *err)
 {
     memset(out, 0, sizeof *out);
     char path[4096];
@@ -229,7 +230,9 @@ kiln_code tmpl_chat_load(const char *model_dir, bool has_tools, tmpl_chat_files 
         if (j) {
             json_t *doc = json_loads(j, JSON_DECODE_INT_AS_REAL, NULL);
             free(j);
-            if (doc) out->template_text = pick_template(json_object_get(doc, "chat_template"), has_tools);
+            if (doc)
+                out->template_text =
+                    pick_template(json_object_get(doc, "chat_template"), has_tools);
             json_decref(doc);
         }
     }

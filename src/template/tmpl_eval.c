@@ -104,9 +104,12 @@ typedef struct {
 
 static void args_free(tmpl_rt *rt, argbuf *b)
 {
-    for (size_t i = 0; i < b->a.npos; i++) tv_decref(rt, b->a.pos[i]);
-    for (size_t i = 0; i < b->a.nkw; i++) tv_decref(rt, b->a.kw_vals[i]);
-    for (size_t i = 0; i < b->nkeep; i++) tv_decref(rt, b->keep[i]);
+    for (size_t i = 0; i < b->a.npos; i++)
+        tv_decref(rt, b->a.pos[i]);
+    for (size_t i = 0; i < b->a.nkw; i++)
+        tv_decref(rt, b->a.kw_vals[i]);
+    for (size_t i = 0; i < b->nkeep; i++)
+        tv_decref(rt, b->keep[i]);
     free(b->a.pos);
     free(b->a.kw_vals);
     free((void *)b->a.kw_names);
@@ -150,8 +153,7 @@ static bool args_kw(tmpl_rt *rt, const tmpl_node *at, argbuf *b, const char *nam
 }
 
 /* Positional values (with *spread) first, then keywords (with **spread), as Python. */
-static bool eval_args(tmpl_rt *rt, tmpl_node *const *args, uint32_t n, tmpl_value *env,
-                      argbuf *b)
+static bool eval_args(tmpl_rt *rt, tmpl_node *const *args, uint32_t n, tmpl_value *env, argbuf *b)
 {
     memset(b, 0, sizeof *b);
     for (uint32_t i = 0; i < n; i++) {
@@ -188,8 +190,7 @@ static bool eval_args(tmpl_rt *rt, tmpl_node *const *args, uint32_t n, tmpl_valu
             }
             b->keep[b->nkeep++] = v; /* the names point into v's keys */
             for (size_t k = 0; k < v->u.d.n; k++)
-                if (!args_kw(rt, x, b, v->u.d.keys[k]->u.s.p, tv_ref(v->u.d.vals[k])))
-                    return false;
+                if (!args_kw(rt, x, b, v->u.d.keys[k]->u.s.p, tv_ref(v->u.d.vals[k]))) return false;
         }
     }
     return true;
@@ -228,15 +229,16 @@ static tmpl_value *call_body(tmpl_rt *rt, const tmpl_node *at, const tmpl_node *
     } else {
         for (size_t k = 0; k < nkw; k++)
             if (!used[k]) {
-                rt_fail(rt, at, KILN_E_INVALID, "macro %s takes no keyword argument '%s'",
-                        display, a->kw_names[k]);
+                rt_fail(rt, at, KILN_E_INVALID, "macro %s takes no keyword argument '%s'", display,
+                        a->kw_names[k]);
                 goto out;
             }
     }
     if (def->flags & MF_VARARGS) {
         size_t nv = a->npos > nparams ? a->npos - nparams : 0;
         if (!(extra = tv_list(rt, nv))) goto out;
-        for (size_t k = 0; k < nv; k++) extra->u.l.items[extra->u.l.n++] = tv_ref(a->pos[nparams + k]);
+        for (size_t k = 0; k < nv; k++)
+            extra->u.l.items[extra->u.l.n++] = tv_ref(a->pos[nparams + k]);
         if (!scope_set(rt, scope, "varargs", 7, extra)) goto out_extra;
         tv_decref(rt, extra);
     } else if (a->npos > nparams) {
@@ -249,7 +251,8 @@ static tmpl_value *call_body(tmpl_rt *rt, const tmpl_node *at, const tmpl_node *
         const tmpl_node *p = params[i];
         if (p->kind != N_KWARG || tv_dict_get(scope, p->s, p->slen)->kind != TV_UNDEF) continue;
         bool given = i < a->npos;
-        for (size_t k = 0; !given && k < nkw; k++) given = !strcmp(a->kw_names[k], p->s);
+        for (size_t k = 0; !given && k < nkw; k++)
+            given = !strcmp(a->kw_names[k], p->s);
         if (given) continue;
         tmpl_value *dv = eval(rt, p->a, scope);
         if (!dv || !tv_dict_set(rt, scope, p->s, p->slen, dv)) goto out;
@@ -274,8 +277,7 @@ tmpl_value *tv_call(tmpl_rt *rt, const tmpl_node *at, tmpl_value *fn, const tmpl
                     tmpl_value *env)
 {
     if (fn->kind != TV_FUNC)
-        return rt_fail(rt, at, KILN_E_INVALID, "cannot call %s: not a function",
-                       tv_kind_name(fn));
+        return rt_fail(rt, at, KILN_E_INVALID, "cannot call %s: not a function", tv_kind_name(fn));
     if (!rt_enter(rt, at)) return NULL;
     tmpl_value *r = NULL;
     if (fn->u.fn.fk == FN_BUILTIN) {
@@ -359,7 +361,8 @@ tmpl_value *tv_attr_path(tmpl_rt *rt, tmpl_value *obj, const char *path, size_t 
     size_t i = 0;
     while (i <= len) {
         size_t j = i;
-        while (j < len && path[j] != '.') j++;
+        while (j < len && path[j] != '.')
+            j++;
         tmpl_value *next;
         if (cur->kind == TV_DICT || cur->kind == TV_NS) {
             next = tv_dict_get(cur, path + i, j - i);
@@ -546,7 +549,8 @@ static tmpl_value *eval_inner(tmpl_rt *rt, const tmpl_node *n, tmpl_value *env)
             if (pn[i] && !(p[i] = eval(rt, pn[i], env))) goto slice_out;
         r = tv_slice(rt, n, a, p[0], p[1], p[2]);
     slice_out:
-        for (int i = 0; i < 3; i++) tv_decref(rt, p[i]);
+        for (int i = 0; i < 3; i++)
+            tv_decref(rt, p[i]);
         tv_decref(rt, a);
         return r;
     }
@@ -619,16 +623,17 @@ static tmpl_value *loop_info(tmpl_rt *rt, tmpl_value *items, size_t i)
     size_t n = items->u.l.n;
     tmpl_value *d = tv_dict(rt, TV_DICT);
     if (!d) return NULL;
-    bool ok = tv_dict_set(rt, d, "index", 5, tv_int(rt, (int64_t)i + 1)) &&
-              tv_dict_set(rt, d, "index0", 6, tv_int(rt, (int64_t)i)) &&
-              tv_dict_set(rt, d, "revindex", 8, tv_int(rt, (int64_t)(n - i))) &&
-              tv_dict_set(rt, d, "revindex0", 9, tv_int(rt, (int64_t)(n - i - 1))) &&
-              tv_dict_set(rt, d, "first", 5, TV_BOOLV(i == 0)) &&
-              tv_dict_set(rt, d, "last", 4, TV_BOOLV(i + 1 == n)) &&
-              tv_dict_set(rt, d, "length", 6, tv_int(rt, (int64_t)n)) &&
-              tv_dict_set(rt, d, "previtem", 8, i > 0 ? tv_ref(items->u.l.items[i - 1]) : TV_UNDEFINED) &&
-              tv_dict_set(rt, d, "nextitem", 8,
-                          i + 1 < n ? tv_ref(items->u.l.items[i + 1]) : TV_UNDEFINED);
+    bool ok =
+        tv_dict_set(rt, d, "index", 5, tv_int(rt, (int64_t)i + 1)) &&
+        tv_dict_set(rt, d, "index0", 6, tv_int(rt, (int64_t)i)) &&
+        tv_dict_set(rt, d, "revindex", 8, tv_int(rt, (int64_t)(n - i))) &&
+        tv_dict_set(rt, d, "revindex0", 9, tv_int(rt, (int64_t)(n - i - 1))) &&
+        tv_dict_set(rt, d, "first", 5, TV_BOOLV(i == 0)) &&
+        tv_dict_set(rt, d, "last", 4, TV_BOOLV(i + 1 == n)) &&
+        tv_dict_set(rt, d, "length", 6, tv_int(rt, (int64_t)n)) &&
+        tv_dict_set(rt, d, "previtem", 8, i > 0 ? tv_ref(items->u.l.items[i - 1]) : TV_UNDEFINED) &&
+        tv_dict_set(rt, d, "nextitem", 8,
+                    i + 1 < n ? tv_ref(items->u.l.items[i + 1]) : TV_UNDEFINED);
     if (!ok) {
         tv_decref(rt, d);
         return rt->failed ? NULL : rt_nomem(rt);
@@ -814,8 +819,8 @@ void tmpl_free(tmpl_template *t)
     free(t);
 }
 
-kiln_code tmpl_compile(const char *src, size_t len, const tmpl_options *opt,
-                       tmpl_template **out, kiln_err *err)
+kiln_code tmpl_compile(const char *src, size_t len, const tmpl_options *opt, tmpl_template **out,
+                       kiln_err *err)
 {
     *out = NULL;
     if (!src && len) return kiln_fail(err, KILN_E_INVALID, "template: no source");
@@ -876,7 +881,8 @@ kiln_code tmpl_render(const tmpl_template *t, const tmpl_value *context, char **
         if (!rt.failed) return kiln_fail(err, KILN_E_INTERNAL, "template: render failed");
         return err->code;
     }
-    if (!sb.p && !sb_put(NULL, &sb, "", 0)) return kiln_fail(err, KILN_E_NOMEM, "template: out of memory");
+    if (!sb.p && !sb_put(NULL, &sb, "", 0))
+        return kiln_fail(err, KILN_E_NOMEM, "template: out of memory");
     if (!sb.p) {
         sb.p = calloc(1, 1);
         if (!sb.p) return kiln_fail(err, KILN_E_NOMEM, "template: out of memory");

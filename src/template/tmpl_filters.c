@@ -48,7 +48,8 @@ tmpl_value *tmpl_list_of(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v)
     case TV_NS: {
         tmpl_value *l = tv_list(rt, v->u.d.n);
         if (l)
-            for (size_t i = 0; i < v->u.d.n; i++) l->u.l.items[l->u.l.n++] = tv_ref(v->u.d.keys[i]);
+            for (size_t i = 0; i < v->u.d.n; i++)
+                l->u.l.items[l->u.l.n++] = tv_ref(v->u.d.keys[i]);
         return l;
     }
     case TV_STR: {
@@ -103,24 +104,41 @@ tmpl_value *tmpl_test(tmpl_rt *rt, const tmpl_node *at, const char *name, tmpl_v
     tmpl_value *o = arg_get(a, 0, NULL);
     bool r = false;
     uint8_t k = v->kind;
-    if (!strcmp(name, "defined")) r = k != TV_UNDEF;
-    else if (!strcmp(name, "undefined")) r = k == TV_UNDEF;
-    else if (!strcmp(name, "none") || !strcmp(name, "None")) r = k == TV_NONE;
-    else if (!strcmp(name, "string")) r = k == TV_STR;
-    else if (!strcmp(name, "number")) r = k == TV_INT || k == TV_FLOAT;
-    else if (!strcmp(name, "integer")) r = k == TV_INT;
-    else if (!strcmp(name, "float")) r = k == TV_FLOAT;
-    else if (!strcmp(name, "boolean")) r = k == TV_BOOL;
-    else if (!strcmp(name, "true") || !strcmp(name, "True")) r = k == TV_BOOL && v->u.b;
-    else if (!strcmp(name, "false") || !strcmp(name, "False")) r = k == TV_BOOL && !v->u.b;
-    else if (!strcmp(name, "mapping")) r = k == TV_DICT;
-    else if (!strcmp(name, "iterable")) r = k == TV_LIST || k == TV_STR || k == TV_DICT;
-    else if (!strcmp(name, "sequence")) r = k == TV_LIST || k == TV_STR || k == TV_DICT;
-    else if (!strcmp(name, "callable")) r = k == TV_FUNC;
-    else if (!strcmp(name, "lower")) r = is_lower_upper(v, false);
-    else if (!strcmp(name, "upper")) r = is_lower_upper(v, true);
+    if (!strcmp(name, "defined"))
+        r = k != TV_UNDEF;
+    else if (!strcmp(name, "undefined"))
+        r = k == TV_UNDEF;
+    else if (!strcmp(name, "none") || !strcmp(name, "None"))
+        r = k == TV_NONE;
+    else if (!strcmp(name, "string"))
+        r = k == TV_STR;
+    else if (!strcmp(name, "number"))
+        r = k == TV_INT || k == TV_FLOAT;
+    else if (!strcmp(name, "integer"))
+        r = k == TV_INT;
+    else if (!strcmp(name, "float"))
+        r = k == TV_FLOAT;
+    else if (!strcmp(name, "boolean"))
+        r = k == TV_BOOL;
+    else if (!strcmp(name, "true") || !strcmp(name, "True"))
+        r = k == TV_BOOL && v->u.b;
+    else if (!strcmp(name, "false") || !strcmp(name, "False"))
+        r = k == TV_BOOL && !v->u.b;
+    else if (!strcmp(name, "mapping"))
+        r = k == TV_DICT;
+    else if (!strcmp(name, "iterable"))
+        r = k == TV_LIST || k == TV_STR || k == TV_DICT;
+    else if (!strcmp(name, "sequence"))
+        r = k == TV_LIST || k == TV_STR || k == TV_DICT;
+    else if (!strcmp(name, "callable"))
+        r = k == TV_FUNC;
+    else if (!strcmp(name, "lower"))
+        r = is_lower_upper(v, false);
+    else if (!strcmp(name, "upper"))
+        r = is_lower_upper(v, true);
     else if (!strcmp(name, "odd") || !strcmp(name, "even")) {
-        if (k != TV_INT) return rt_fail(rt, at, KILN_E_INVALID, "cannot test %s for %s", tv_kind_name(v), name);
+        if (k != TV_INT)
+            return rt_fail(rt, at, KILN_E_INVALID, "cannot test %s for %s", tv_kind_name(v), name);
         r = ((v->u.i % 2) != 0) == (name[0] == 'o');
     } else if (!strcmp(name, "divisibleby")) {
         if (k != TV_INT || !o || o->kind != TV_INT)
@@ -129,7 +147,8 @@ tmpl_value *tmpl_test(tmpl_rt *rt, const tmpl_node *at, const char *name, tmpl_v
         r = o->u.i == -1 || v->u.i % o->u.i == 0;
     } else if (!strcmp(name, "sameas")) {
         if (!o) return rt_fail(rt, at, KILN_E_INVALID, "sameas needs an argument");
-        r = v == o || (k == o->kind && (k == TV_NONE || k == TV_UNDEF || (k == TV_BOOL && v->u.b == o->u.b)));
+        r = v == o ||
+            (k == o->kind && (k == TV_NONE || k == TV_UNDEF || (k == TV_BOOL && v->u.b == o->u.b)));
     } else if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==")) {
         if (!o) return rt_fail(rt, at, KILN_E_INVALID, "%s needs an argument", name);
         r = tv_strict_eq(v, o);
@@ -142,13 +161,14 @@ tmpl_value *tmpl_test(tmpl_rt *rt, const tmpl_node *at, const char *name, tmpl_v
         static const struct {
             const char *n;
             int op;
-        } cmps[] = {{"ne", BOP_NE}, {"!=", BOP_NE}, {"lt", BOP_LT}, {"<", BOP_LT},
-                    {"gt", BOP_GT}, {">", BOP_GT},  {"le", BOP_LE}, {"<=", BOP_LE},
+        } cmps[] = {{"ne", BOP_NE}, {"!=", BOP_NE}, {"lt", BOP_LT},          {"<", BOP_LT},
+                    {"gt", BOP_GT}, {">", BOP_GT},  {"le", BOP_LE},          {"<=", BOP_LE},
                     {"ge", BOP_GE}, {">=", BOP_GE}, {"greaterthan", BOP_GT}, {"lessthan", BOP_LT}};
         size_t i;
         for (i = 0; i < sizeof cmps / sizeof cmps[0]; i++)
             if (!strcmp(name, cmps[i].n)) break;
-        if (i == sizeof cmps / sizeof cmps[0]) return rt_fail(rt, at, KILN_E_INVALID, "unknown test '%s'", name);
+        if (i == sizeof cmps / sizeof cmps[0])
+            return rt_fail(rt, at, KILN_E_INVALID, "unknown test '%s'", name);
         if (!o) return rt_fail(rt, at, KILN_E_INVALID, "%s needs an argument", name);
         if (!cmp_test(rt, at, cmps[i].op, v, o, &r)) return NULL;
     }
@@ -164,7 +184,8 @@ static tmpl_value *f_sort(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, const
     if (!l) return NULL;
     tmpl_value *copy = tv_list(rt, l->u.l.n);
     if (!copy) return tv_decref(rt, l), NULL;
-    for (size_t i = 0; i < l->u.l.n; i++) copy->u.l.items[copy->u.l.n++] = tv_ref(l->u.l.items[i]);
+    for (size_t i = 0; i < l->u.l.n; i++)
+        copy->u.l.items[copy->u.l.n++] = tv_ref(l->u.l.items[i]);
     tv_decref(rt, l);
     char num[32];
     const char *ap = NULL;
@@ -201,7 +222,8 @@ static tmpl_value *f_unique(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, con
         }
         if (!key) goto fail;
         bool seen = false;
-        for (size_t k = 0; k < keys->u.l.n && !seen; k++) seen = tv_strict_eq(keys->u.l.items[k], key);
+        for (size_t k = 0; k < keys->u.l.n && !seen; k++)
+            seen = tv_strict_eq(keys->u.l.items[k], key);
         if (seen) {
             tv_decref(rt, key);
             continue;
@@ -229,7 +251,8 @@ static tmpl_value *f_select(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, con
     tmpl_value *attr = by_attr ? arg_get(a, 0, NULL) : NULL;
     if (by_attr && (!attr || attr->kind != TV_STR)) {
         tv_decref(rt, l);
-        return rt_fail(rt, at, KILN_E_INVALID, "%s needs an attribute name", keep ? "selectattr" : "rejectattr");
+        return rt_fail(rt, at, KILN_E_INVALID, "%s needs an attribute name",
+                       keep ? "selectattr" : "rejectattr");
     }
     tmpl_value *test = arg_get(a, first, NULL);
     if (test && test->kind != TV_STR) {
@@ -246,8 +269,8 @@ static tmpl_value *f_select(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, con
         if (!x) goto fail;
         bool r;
         const char *tn = test ? test->u.s.p : NULL;
-        if (by_attr && test && x->kind == TV_UNDEF && strcmp(tn, "defined") && strcmp(tn, "undefined") &&
-            strcmp(tn, "none")) {
+        if (by_attr && test && x->kind == TV_UNDEF && strcmp(tn, "defined") &&
+            strcmp(tn, "undefined") && strcmp(tn, "none")) {
             r = false; /* a missing attribute fails the test (@huggingface/jinja) */
         } else if (test) {
             if (!tmpl_test(rt, at, test->u.s.p, x, &ta, &r)) {
@@ -309,7 +332,8 @@ static tmpl_value *f_join(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, const
 {
     tmpl_value *sep = arg_get(a, 0, "d"), *attr = arg_get(a, 1, "attribute");
     if (!sep) sep = arg_get(a, 0, "separator");
-    if (sep && sep->kind != TV_STR) return rt_fail(rt, at, KILN_E_INVALID, "join: separator must be a string");
+    if (sep && sep->kind != TV_STR)
+        return rt_fail(rt, at, KILN_E_INVALID, "join: separator must be a string");
     tmpl_value *l = tmpl_list_of(rt, at, v);
     if (!l) return NULL;
     tmpl_sb b = {0};
@@ -365,7 +389,8 @@ fail:
     return NULL;
 }
 
-static tmpl_value *f_minmax(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, const tmpl_args *a, bool max)
+static tmpl_value *f_minmax(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, const tmpl_args *a,
+                            bool max)
 {
     tmpl_value *l = tmpl_list_of(rt, at, v);
     if (!l) return NULL;
@@ -429,7 +454,8 @@ static tmpl_value *f_indent(tmpl_rt *rt, const tmpl_node *at, tmpl_value *s, con
     bool ok = true;
     for (;;) {
         size_t e = start;
-        while (e < n && p[e] != '\n') e++;
+        while (e < n && p[e] != '\n')
+            e++;
         bool empty = e == start;
         if ((line > 0 || first) && (!empty || blank)) ok = ok && sb_put(rt, &b, ind, il);
         ok = ok && sb_put(rt, &b, p + start, e - start);
@@ -450,8 +476,12 @@ static tmpl_value *f_escape(tmpl_rt *rt, tmpl_value *v)
     bool ok = true;
     for (size_t i = 0; ok && i < s->u.s.len; i++) {
         char c = s->u.s.p[i];
-        const char *r = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;"
-                        : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : NULL;
+        const char *r = c == '&'    ? "&amp;"
+                        : c == '<'  ? "&lt;"
+                        : c == '>'  ? "&gt;"
+                        : c == '"'  ? "&#34;"
+                        : c == '\'' ? "&#39;"
+                                    : NULL;
         ok = r ? sb_put(rt, &b, r, strlen(r)) : sb_putc(rt, &b, c);
     }
     tv_decref(rt, s);
@@ -467,7 +497,8 @@ static tmpl_value *f_wordcount(tmpl_rt *rt, tmpl_value *v)
     bool in = false;
     for (size_t i = 0; i < s->u.s.len; i++) {
         unsigned char c = (unsigned char)s->u.s.p[i];
-        bool w = c >= 0x80 || c == '_' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
+        bool w =
+            c >= 0x80 || c == '_' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
         if (w && !in) n++;
         in = w;
     }
@@ -479,8 +510,10 @@ static tmpl_value *f_wordcount(tmpl_rt *rt, tmpl_value *v)
 static bool parse_float(const char *s, size_t n, double *out)
 {
     char buf[64];
-    while (n && (*s == ' ' || *s == '\t' || *s == '\n')) s++, n--;
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n')) n--;
+    while (n && (*s == ' ' || *s == '\t' || *s == '\n'))
+        s++, n--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n'))
+        n--;
     if (n == 0 || n >= sizeof buf) return false;
     memcpy(buf, s, n);
     buf[n] = '\0';
@@ -508,7 +541,8 @@ static tmpl_value *f_int(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, const 
         memcpy(buf, v->u.s.p, n);
         buf[n] = '\0';
         long long x = strtoll(buf, &end, 10);
-        while (*end == ' ' || *end == '\n' || *end == '\t') end++;
+        while (*end == ' ' || *end == '\n' || *end == '\t')
+            end++;
         if (end != buf && *end == '\0' && v->u.s.len < 63) return tv_int(rt, x);
         double f;
         if (parse_float(v->u.s.p, v->u.s.len, &f) && isfinite(f) && fabs(f) < 9.2e18)
@@ -545,17 +579,22 @@ static tmpl_value *f_float(tmpl_rt *rt, tmpl_value *v, const tmpl_args *a)
 static tmpl_value *f_round(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, const tmpl_args *a)
 {
     tmpl_value *pv = arg_get(a, 0, "precision"), *mv = arg_get(a, 1, "method");
-    if (v->kind != TV_INT && v->kind != TV_FLOAT && v->kind != TV_BOOL) return bad_type(rt, at, "round", v);
+    if (v->kind != TV_INT && v->kind != TV_FLOAT && v->kind != TV_BOOL)
+        return bad_type(rt, at, "round", v);
     double x = v->kind == TV_FLOAT ? v->u.f : v->kind == TV_INT ? (double)v->u.i : v->u.b;
     int64_t p = pv && pv->kind == TV_INT ? pv->u.i : 0;
     if (p > 15) p = 15;
     if (p < -15) p = -15;
     double m = pow(10.0, (double)p), y = x * m;
     const char *method = mv && mv->kind == TV_STR ? mv->u.s.p : "common";
-    if (!strcmp(method, "ceil")) y = ceil(y);
-    else if (!strcmp(method, "floor")) y = floor(y);
-    else if (!strcmp(method, "common")) y = round(y);
-    else return rt_fail(rt, at, KILN_E_INVALID, "round: method must be common, ceil or floor");
+    if (!strcmp(method, "ceil"))
+        y = ceil(y);
+    else if (!strcmp(method, "floor"))
+        y = floor(y);
+    else if (!strcmp(method, "common"))
+        y = round(y);
+    else
+        return rt_fail(rt, at, KILN_E_INVALID, "round: method must be common, ceil or floor");
     return tv_float(rt, y / m);
 }
 
@@ -597,7 +636,8 @@ static tmpl_value *f_tojson(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, con
     tmpl_json_opt o = {.indent = -1, .undef_as_null = true, .item_sep = ", ", .key_sep = ": "};
     tmpl_value *ind = arg_get(a, 0, "indent"), *seps = arg_get(a, a->npos, "separators");
     if (present(ind)) {
-        if (ind->kind != TV_INT) return rt_fail(rt, at, KILN_E_INVALID, "tojson: indent must be an integer");
+        if (ind->kind != TV_INT)
+            return rt_fail(rt, at, KILN_E_INVALID, "tojson: indent must be an integer");
         o.indent = ind->u.i > 64 ? 64 : (int)ind->u.i;
         if (o.indent > 0) o.item_sep = ",";
     }
@@ -606,7 +646,8 @@ static tmpl_value *f_tojson(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v, con
     if (present(seps)) {
         if (seps->kind != TV_LIST || seps->u.l.n != 2 || seps->u.l.items[0]->kind != TV_STR ||
             seps->u.l.items[1]->kind != TV_STR)
-            return rt_fail(rt, at, KILN_E_INVALID, "tojson: separators must be a tuple of two strings");
+            return rt_fail(rt, at, KILN_E_INVALID,
+                           "tojson: separators must be a tuple of two strings");
         o.item_sep = seps->u.l.items[0]->u.s.p;
         o.key_sep = seps->u.l.items[1]->u.s.p;
     }
@@ -668,12 +709,14 @@ static tmpl_value *f_reverse(tmpl_rt *rt, const tmpl_node *at, tmpl_value *v)
     if (!l) return NULL;
     tmpl_value *r = tv_list(rt, l->u.l.n);
     if (r)
-        for (size_t i = l->u.l.n; i-- > 0;) r->u.l.items[r->u.l.n++] = tv_ref(l->u.l.items[i]);
+        for (size_t i = l->u.l.n; i-- > 0;)
+            r->u.l.items[r->u.l.n++] = tv_ref(l->u.l.items[i]);
     tv_decref(rt, l);
     if (r && v->kind == TV_STR) {
         tmpl_sb b = {0};
         bool ok = true;
-        for (size_t i = 0; ok && i < r->u.l.n; i++) ok = tv_write_str(rt, &b, r->u.l.items[i]);
+        for (size_t i = 0; ok && i < r->u.l.n; i++)
+            ok = tv_write_str(rt, &b, r->u.l.items[i]);
         tv_decref(rt, r);
         return ok ? sb_take(rt, &b) : (sb_free(&b), NULL);
     }
@@ -688,26 +731,46 @@ tmpl_value *tmpl_filter(tmpl_rt *rt, const tmpl_node *at, const char *name, tmpl
     if (!rt_enter(rt, at)) return NULL;
     tmpl_value *r = NULL;
 #define IS(x) (!strcmp(name, x))
-    if (IS("safe")) r = tv_ref(v);
-    else if (IS("tojson")) r = f_tojson(rt, at, v, a);
-    else if (IS("string")) r = tv_to_str(rt, v);
-    else if (IS("length") || IS("count")) r = f_length(rt, at, v);
-    else if (IS("list")) r = tmpl_list_of(rt, at, v);
-    else if (IS("first") || IS("last")) r = f_first_last(rt, at, v, name[0] == 'l');
-    else if (IS("reverse")) r = f_reverse(rt, at, v);
-    else if (IS("sort")) r = f_sort(rt, at, v, a);
-    else if (IS("join")) r = f_join(rt, at, v, a);
-    else if (IS("unique")) r = f_unique(rt, at, v, a);
-    else if (IS("select") || IS("reject")) r = f_select(rt, at, v, a, name[0] == 's', false);
-    else if (IS("selectattr") || IS("rejectattr")) r = f_select(rt, at, v, a, name[0] == 's', true);
-    else if (IS("map")) r = f_map(rt, at, v, a, env);
-    else if (IS("batch")) r = f_batch(rt, at, v, a);
-    else if (IS("min") || IS("max")) r = f_minmax(rt, at, v, a, name[1] == 'a');
-    else if (IS("sum")) r = f_sum(rt, at, v, a);
-    else if (IS("upper")) r = str_or_convert(rt, at, name, v, 1);
-    else if (IS("lower")) r = str_or_convert(rt, at, name, v, 0);
-    else if (IS("title")) r = str_or_convert(rt, at, name, v, 2);
-    else if (IS("capitalize")) r = str_or_convert(rt, at, name, v, 3);
+    if (IS("safe"))
+        r = tv_ref(v);
+    else if (IS("tojson"))
+        r = f_tojson(rt, at, v, a);
+    else if (IS("string"))
+        r = tv_to_str(rt, v);
+    else if (IS("length") || IS("count"))
+        r = f_length(rt, at, v);
+    else if (IS("list"))
+        r = tmpl_list_of(rt, at, v);
+    else if (IS("first") || IS("last"))
+        r = f_first_last(rt, at, v, name[0] == 'l');
+    else if (IS("reverse"))
+        r = f_reverse(rt, at, v);
+    else if (IS("sort"))
+        r = f_sort(rt, at, v, a);
+    else if (IS("join"))
+        r = f_join(rt, at, v, a);
+    else if (IS("unique"))
+        r = f_unique(rt, at, v, a);
+    else if (IS("select") || IS("reject"))
+        r = f_select(rt, at, v, a, name[0] == 's', false);
+    else if (IS("selectattr") || IS("rejectattr"))
+        r = f_select(rt, at, v, a, name[0] == 's', true);
+    else if (IS("map"))
+        r = f_map(rt, at, v, a, env);
+    else if (IS("batch"))
+        r = f_batch(rt, at, v, a);
+    else if (IS("min") || IS("max"))
+        r = f_minmax(rt, at, v, a, name[1] == 'a');
+    else if (IS("sum"))
+        r = f_sum(rt, at, v, a);
+    else if (IS("upper"))
+        r = str_or_convert(rt, at, name, v, 1);
+    else if (IS("lower"))
+        r = str_or_convert(rt, at, name, v, 0);
+    else if (IS("title"))
+        r = str_or_convert(rt, at, name, v, 2);
+    else if (IS("capitalize"))
+        r = str_or_convert(rt, at, name, v, 3);
     else if (IS("trim")) {
         tmpl_value *s = text_of(rt, at, name, v);
         r = s ? str_strip(rt, s, arg_get(a, 0, "chars"), true, true) : NULL;
@@ -715,41 +778,59 @@ tmpl_value *tmpl_filter(tmpl_rt *rt, const tmpl_node *at, const char *name, tmpl
     } else if (IS("indent") || IS("replace") || IS("format")) {
         tmpl_value *s = text_of(rt, at, name, v);
         if (s)
-            r = IS("indent")    ? f_indent(rt, at, s, a)
+            r = IS("indent")   ? f_indent(rt, at, s, a)
                 : IS("format") ? f_format(rt, at, s, a)
                                : str_replace(rt, at, s, arg_get(a, 0, "old"), arg_get(a, 1, "new"),
                                              arg_get(a, 2, "count"));
         tv_decref(rt, s);
-    } else if (IS("e") || IS("escape") || IS("forceescape")) r = f_escape(rt, v);
-    else if (IS("wordcount")) r = f_wordcount(rt, v);
-    else if (IS("int")) r = f_int(rt, at, v, a);
-    else if (IS("float")) r = f_float(rt, v, a);
-    else if (IS("bool")) r = TV_BOOLV(tv_truthy(v));
+    } else if (IS("e") || IS("escape") || IS("forceescape"))
+        r = f_escape(rt, v);
+    else if (IS("wordcount"))
+        r = f_wordcount(rt, v);
+    else if (IS("int"))
+        r = f_int(rt, at, v, a);
+    else if (IS("float"))
+        r = f_float(rt, v, a);
+    else if (IS("bool"))
+        r = TV_BOOLV(tv_truthy(v));
     else if (IS("abs")) {
-        if (v->kind == TV_INT) r = v->u.i == INT64_MIN ? tv_float(rt, 9.2233720368547758e18) : tv_int(rt, v->u.i < 0 ? -v->u.i : v->u.i);
-        else if (v->kind == TV_FLOAT) r = tv_float(rt, fabs(v->u.f));
-        else if (v->kind == TV_BOOL) r = tv_int(rt, v->u.b);
-        else r = bad_type(rt, at, name, v);
-    } else if (IS("round")) r = f_round(rt, at, v, a);
+        if (v->kind == TV_INT)
+            r = v->u.i == INT64_MIN ? tv_float(rt, 9.2233720368547758e18)
+                                    : tv_int(rt, v->u.i < 0 ? -v->u.i : v->u.i);
+        else if (v->kind == TV_FLOAT)
+            r = tv_float(rt, fabs(v->u.f));
+        else if (v->kind == TV_BOOL)
+            r = tv_int(rt, v->u.b);
+        else
+            r = bad_type(rt, at, name, v);
+    } else if (IS("round"))
+        r = f_round(rt, at, v, a);
     else if (IS("default") || IS("d")) {
         tmpl_value *def = arg_get(a, 0, "default_value");
         bool boolean = flag(a, 1, "boolean");
-        r = v->kind == TV_UNDEF || (boolean && !tv_truthy(v)) ? (def ? tv_ref(def) : tv_str(rt, "", 0))
-                                                              : tv_ref(v);
+        r = v->kind == TV_UNDEF || (boolean && !tv_truthy(v))
+                ? (def ? tv_ref(def) : tv_str(rt, "", 0))
+                : tv_ref(v);
     } else if (IS("items")) {
-        if (v->kind == TV_DICT || v->kind == TV_NS) r = dict_items(rt, v);
-        else if (v->kind == TV_UNDEF) r = tv_list(rt, 0);
-        else r = bad_type(rt, at, name, v);
+        if (v->kind == TV_DICT || v->kind == TV_NS)
+            r = dict_items(rt, v);
+        else if (v->kind == TV_UNDEF)
+            r = tv_list(rt, 0);
+        else
+            r = bad_type(rt, at, name, v);
     } else if (IS("keys") || IS("values")) {
         if (v->kind != TV_DICT && v->kind != TV_NS) {
             r = bad_type(rt, at, name, v);
         } else if ((r = tv_list(rt, v->u.d.n))) {
             tmpl_value **src = name[0] == 'k' ? v->u.d.keys : v->u.d.vals;
-            for (size_t i = 0; i < v->u.d.n; i++) r->u.l.items[r->u.l.n++] = tv_ref(src[i]);
+            for (size_t i = 0; i < v->u.d.n; i++)
+                r->u.l.items[r->u.l.n++] = tv_ref(src[i]);
         }
     } else if (IS("dictsort")) {
-        if (v->kind == TV_DICT || v->kind == TV_NS) r = dict_dictsort(rt, at, v, a);
-        else r = bad_type(rt, at, name, v);
+        if (v->kind == TV_DICT || v->kind == TV_NS)
+            r = dict_dictsort(rt, at, v, a);
+        else
+            r = bad_type(rt, at, name, v);
     } else {
         r = rt_fail(rt, at, KILN_E_INVALID, "unknown filter '%s'", name);
     }

@@ -144,19 +144,35 @@ typedef enum {
 } node_kind;
 
 enum {
-    BOP_OR = 1, BOP_AND, BOP_EQ, BOP_NE, BOP_LT, BOP_GT, BOP_LE, BOP_GE, BOP_IN, BOP_NOTIN,
-    BOP_ADD, BOP_SUB, BOP_CONCAT, BOP_MUL, BOP_DIV, BOP_FLOORDIV, BOP_MOD, BOP_POW
+    BOP_OR = 1,
+    BOP_AND,
+    BOP_EQ,
+    BOP_NE,
+    BOP_LT,
+    BOP_GT,
+    BOP_LE,
+    BOP_GE,
+    BOP_IN,
+    BOP_NOTIN,
+    BOP_ADD,
+    BOP_SUB,
+    BOP_CONCAT,
+    BOP_MUL,
+    BOP_DIV,
+    BOP_FLOORDIV,
+    BOP_MOD,
+    BOP_POW
 };
 enum { MF_KWARGS = 1, MF_VARARGS = 2, AF_INDEX = 4 };
 
 struct tmpl_node {
     uint8_t kind, op, flags;
-    uint32_t pos;               /* byte offset in the original source */
+    uint32_t pos; /* byte offset in the original source */
     tmpl_node *a, *b, *c, *d;
-    tmpl_node **args;           /* arguments / list items / params */
+    tmpl_node **args; /* arguments / list items / params */
     tmpl_node **body, **els;
     uint32_t nargs, nbody, nels;
-    const char *s;              /* NUL-terminated; bytes may contain NUL, see slen */
+    const char *s; /* NUL-terminated; bytes may contain NUL, see slen */
     size_t slen;
     int64_t i;
     double f;
@@ -165,15 +181,38 @@ struct tmpl_node {
 /* ------------------------------------------------------------------ tokens */
 
 typedef enum {
-    T_TEXT, T_NUM, T_STR, T_NAME, T_EQ, T_LPAREN, T_RPAREN, T_OPEN_STMT, T_CLOSE_STMT,
-    T_OPEN_EXPR, T_CLOSE_EXPR, T_LBRACKET, T_RBRACKET, T_LBRACE, T_RBRACE, T_COMMA, T_DOT,
-    T_COLON, T_PIPE, T_ADD, T_MUL, T_POW, T_CMP, T_UNARY, T_COMMENT, T_EOF
+    T_TEXT,
+    T_NUM,
+    T_STR,
+    T_NAME,
+    T_EQ,
+    T_LPAREN,
+    T_RPAREN,
+    T_OPEN_STMT,
+    T_CLOSE_STMT,
+    T_OPEN_EXPR,
+    T_CLOSE_EXPR,
+    T_LBRACKET,
+    T_RBRACKET,
+    T_LBRACE,
+    T_RBRACE,
+    T_COMMA,
+    T_DOT,
+    T_COLON,
+    T_PIPE,
+    T_ADD,
+    T_MUL,
+    T_POW,
+    T_CMP,
+    T_UNARY,
+    T_COMMENT,
+    T_EOF
 } tok_kind;
 
 typedef struct {
     uint8_t kind;
-    uint32_t pos;  /* source offset */
-    char *s;       /* OWNED by the token list (text, names, operators, string literals) */
+    uint32_t pos; /* source offset */
+    char *s;      /* OWNED by the token list (text, names, operators, string literals) */
     size_t len;
 } tmpl_tok;
 
@@ -209,10 +248,10 @@ struct tmpl_rt {
     size_t mem, mem_max, out_max;
     uint64_t iters, iters_max;
     uint32_t depth, depth_max;
-    uint32_t cur_pos;        /* source offset of the node being evaluated (for errors) */
-    uint32_t free_depth;     /* nesting of tv_decref releasing children (bounded) */
-    tmpl_value *context;     /* the caller's dict (external) or NULL */
-    tmpl_value *globals;     /* TV_SCOPE with range, namespace, ... */
+    uint32_t cur_pos;    /* source offset of the node being evaluated (for errors) */
+    uint32_t free_depth; /* nesting of tv_decref releasing children (bounded) */
+    tmpl_value *context; /* the caller's dict (external) or NULL */
+    tmpl_value *globals; /* TV_SCOPE with range, namespace, ... */
 };
 
 /* tmpl_lex.c */
@@ -257,8 +296,8 @@ bool sb_printf(tmpl_rt *rt, tmpl_sb *b, const char *fmt, ...) __attribute__((for
 tmpl_value *sb_take(tmpl_rt *rt, tmpl_sb *b); /* the builder's bytes as a TV_STR; frees b */
 void sb_free(tmpl_sb *b);
 bool tv_write_str(tmpl_rt *rt, tmpl_sb *b, const tmpl_value *v); /* Jinja output form */
-tmpl_value *tv_to_str(tmpl_rt *rt, tmpl_value *v);                /* owned TV_STR */
-void fmt_float(char *buf, size_t n, double f);                     /* Python repr */
+tmpl_value *tv_to_str(tmpl_rt *rt, tmpl_value *v);               /* owned TV_STR */
+void fmt_float(char *buf, size_t n, double f);                   /* Python repr */
 bool tv_truthy(const tmpl_value *v);
 const char *tv_kind_name(const tmpl_value *v);
 size_t utf8_next(const char *s, size_t len, size_t i, uint32_t *cp); /* bytes of one cp */
@@ -275,8 +314,7 @@ typedef struct {
     bool ensure_ascii, sort_keys, undef_as_null;
     const char *item_sep, *key_sep;
 } tmpl_json_opt;
-bool tv_write_json(tmpl_rt *rt, tmpl_sb *b, const tmpl_value *v, const tmpl_json_opt *o,
-                   int depth);
+bool tv_write_json(tmpl_rt *rt, tmpl_sb *b, const tmpl_value *v, const tmpl_json_opt *o, int depth);
 bool json_write_string(tmpl_rt *rt, tmpl_sb *b, const char *s, size_t n, bool ascii);
 
 /* tmpl_eval.c */
@@ -299,8 +337,8 @@ bool tv_strict_eq(const tmpl_value *a, const tmpl_value *b); /* `in`, equalto */
 int tv_compare(tmpl_rt *rt, const tmpl_node *at, const tmpl_value *a, const tmpl_value *b,
                bool case_sensitive, bool *ok); /* sort order */
 tmpl_value *tv_binop(tmpl_rt *rt, const tmpl_node *at, int op, tmpl_value *l, tmpl_value *r);
-tmpl_value *tv_contains(tmpl_rt *rt, const tmpl_node *at, tmpl_value *needle,
-                        tmpl_value *hay, bool negate);
+tmpl_value *tv_contains(tmpl_rt *rt, const tmpl_node *at, tmpl_value *needle, tmpl_value *hay,
+                        bool negate);
 tmpl_value *tv_slice(tmpl_rt *rt, const tmpl_node *at, tmpl_value *obj, tmpl_value *start,
                      tmpl_value *stop, tmpl_value *step);
 bool tv_sort(tmpl_rt *rt, const tmpl_node *at, tmpl_value **items, size_t n, bool reverse,

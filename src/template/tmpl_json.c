@@ -21,13 +21,20 @@ bool json_write_string(tmpl_rt *rt, tmpl_sb *b, const char *s, size_t n, bool as
         const char *esc = NULL;
         char ubuf[16];
         size_t step = 1;
-        if (c == '"') esc = "\\\"";
-        else if (c == '\\') esc = "\\\\";
-        else if (c == '\n') esc = "\\n";
-        else if (c == '\r') esc = "\\r";
-        else if (c == '\t') esc = "\\t";
-        else if (c == '\b') esc = "\\b";
-        else if (c == '\f') esc = "\\f";
+        if (c == '"')
+            esc = "\\\"";
+        else if (c == '\\')
+            esc = "\\\\";
+        else if (c == '\n')
+            esc = "\\n";
+        else if (c == '\r')
+            esc = "\\r";
+        else if (c == '\t')
+            esc = "\\t";
+        else if (c == '\b')
+            esc = "\\b";
+        else if (c == '\f')
+            esc = "\\f";
         else if (c < 0x20 || (ascii && c == 0x7f)) {
             snprintf(ubuf, sizeof ubuf, "\\u%04x", c);
             esc = ubuf;
@@ -44,8 +51,7 @@ bool json_write_string(tmpl_rt *rt, tmpl_sb *b, const char *s, size_t n, bool as
             esc = ubuf;
         }
         if (esc) {
-            if (!sb_put(rt, b, s + run, i - run) || !sb_put(rt, b, esc, strlen(esc)))
-                return false;
+            if (!sb_put(rt, b, s + run, i - run) || !sb_put(rt, b, esc, strlen(esc))) return false;
             i += step;
             run = i;
         } else {
@@ -80,7 +86,8 @@ static bool write_dict(tmpl_rt *rt, tmpl_sb *b, const tmpl_value *v, const tmpl_
     /* order[i] points at the key slot; values sit at the same index */
     tmpl_value *const **order = malloc(n * sizeof *order);
     if (!order) return rt_nomem(rt), false;
-    for (size_t i = 0; i < n; i++) order[i] = &v->u.d.keys[i];
+    for (size_t i = 0; i < n; i++)
+        order[i] = &v->u.d.keys[i];
     if (o->sort_keys) qsort(order, n, sizeof *order, key_cmp);
     bool ok = sb_putc(rt, b, '{');
     for (size_t i = 0; ok && i < n; i++) {
@@ -97,8 +104,7 @@ static bool write_dict(tmpl_rt *rt, tmpl_sb *b, const tmpl_value *v, const tmpl_
     return ok && sb_putc(rt, b, '}');
 }
 
-bool tv_write_json(tmpl_rt *rt, tmpl_sb *b, const tmpl_value *v, const tmpl_json_opt *o,
-                   int depth)
+bool tv_write_json(tmpl_rt *rt, tmpl_sb *b, const tmpl_value *v, const tmpl_json_opt *o, int depth)
 {
     char buf[64];
     if (depth > 512) {
@@ -117,9 +123,12 @@ bool tv_write_json(tmpl_rt *rt, tmpl_sb *b, const tmpl_value *v, const tmpl_json
         return sb_put(rt, b, buf, strlen(buf));
     case TV_FLOAT:
         fmt_float(buf, sizeof buf, v->u.f);
-        if (!strcmp(buf, "nan")) snprintf(buf, sizeof buf, "NaN");
-        else if (!strcmp(buf, "inf")) snprintf(buf, sizeof buf, "Infinity");
-        else if (!strcmp(buf, "-inf")) snprintf(buf, sizeof buf, "-Infinity");
+        if (!strcmp(buf, "nan"))
+            snprintf(buf, sizeof buf, "NaN");
+        else if (!strcmp(buf, "inf"))
+            snprintf(buf, sizeof buf, "Infinity");
+        else if (!strcmp(buf, "-inf"))
+            snprintf(buf, sizeof buf, "-Infinity");
         return sb_put(rt, b, buf, strlen(buf));
     case TV_STR:
         return json_write_string(rt, b, v->u.s.p, v->u.s.len, o->ensure_ascii);

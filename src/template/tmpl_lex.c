@@ -83,7 +83,8 @@ static bool pass_lstrip(const mbuf *in, mbuf *out)
     for (size_t i = 0; i < in->n;) {
         if (line_start(in, i)) {
             size_t j = i;
-            while (j < in->n && (in->s[j] == ' ' || in->s[j] == '\t')) j++;
+            while (j < in->n && (in->s[j] == ' ' || in->s[j] == '\t'))
+                j++;
             if (j > i && j + 1 < in->n && in->s[j] == '{' &&
                 (in->s[j + 1] == '#' || in->s[j + 1] == '%' || in->s[j + 1] == '-'))
                 i = j;
@@ -115,11 +116,13 @@ static size_t gen_tag(const mbuf *in, size_t i, bool *lstrip, bool *rstrip)
     j += 2;
     *lstrip = j < n && s[j] == '-';
     if (*lstrip) j++;
-    for (size_t w; (w = js_space(s, n, j));) j += w;
+    for (size_t w; (w = js_space(s, n, j));)
+        j += w;
     if (j + 3 <= n && !memcmp(s + j, "end", 3)) j += 3;
     if (j + 10 > n || memcmp(s + j, "generation", 10)) return 0;
     j += 10;
-    for (size_t w; (w = js_space(s, n, j));) j += w;
+    for (size_t w; (w = js_space(s, n, j));)
+        j += w;
     *rstrip = j < n && s[j] == '-';
     if (*rstrip) j++;
     if (j + 2 > n || s[j] != '%' || s[j + 1] != '}') return 0;
@@ -140,14 +143,16 @@ static bool pass_generation(const mbuf *in, mbuf *out)
         if (ls) { /* drop the whitespace run already copied before the tag */
             while (out->n > floor) {
                 size_t k = out->n - 1;
-                while (k > floor && ((unsigned char)out->s[k] & 0xC0) == 0x80) k--;
+                while (k > floor && ((unsigned char)out->s[k] & 0xC0) == 0x80)
+                    k--;
                 if (!js_space(out->s, out->n, k)) break;
                 out->n = k;
             }
         }
         i += len;
         if (rs)
-            for (size_t w; (w = js_space(in->s, in->n, i));) i += w;
+            for (size_t w; (w = js_space(in->s, in->n, i));)
+                i += w;
         floor = out->n;
     }
     return true;
@@ -198,8 +203,8 @@ static kiln_code push(lexer *L, uint8_t kind, size_t at, const char *s, size_t l
     if (!copy) return kiln_fail(L->err, KILN_E_NOMEM, "template: out of memory");
     if (len) memcpy(copy, s, len);
     copy[len] = '\0';
-    t->v[t->n++] = (tmpl_tok){.kind = kind, .pos = at < L->n ? L->map[at] : (uint32_t)L->src_len,
-                              .s = copy, .len = len};
+    t->v[t->n++] = (tmpl_tok){
+        .kind = kind, .pos = at < L->n ? L->map[at] : (uint32_t)L->src_len, .s = copy, .len = len};
     return KILN_OK;
 }
 
@@ -209,7 +214,8 @@ static void strip_trailing(lexer *L)
     if (!t || t->kind != T_TEXT) return;
     while (t->len > 0) {
         size_t k = t->len - 1;
-        while (k > 0 && ((unsigned char)t->s[k] & 0xC0) == 0x80) k--;
+        while (k > 0 && ((unsigned char)t->s[k] & 0xC0) == 0x80)
+            k--;
         if (!js_space(t->s, t->len, k)) break;
         t->len = k;
     }
@@ -222,7 +228,8 @@ static void strip_trailing(lexer *L)
 
 static void skip_space(lexer *L)
 {
-    for (size_t w; (w = js_space(L->s, L->n, L->i));) L->i += w;
+    for (size_t w; (w = js_space(L->s, L->n, L->i));)
+        L->i += w;
 }
 
 static int hexval(char c)
@@ -277,15 +284,33 @@ static kiln_code lex_string(lexer *L)
         }
         char r;
         switch (e) {
-        case 'n': r = '\n'; break;
-        case 't': r = '\t'; break;
-        case 'r': r = '\r'; break;
-        case 'b': r = '\b'; break;
-        case 'f': r = '\f'; break;
-        case 'v': r = '\v'; break;
-        case '\'': r = '\''; break;
-        case '"': r = '"'; break;
-        case '\\': r = '\\'; break;
+        case 'n':
+            r = '\n';
+            break;
+        case 't':
+            r = '\t';
+            break;
+        case 'r':
+            r = '\r';
+            break;
+        case 'b':
+            r = '\b';
+            break;
+        case 'f':
+            r = '\f';
+            break;
+        case 'v':
+            r = '\v';
+            break;
+        case '\'':
+            r = '\'';
+            break;
+        case '"':
+            r = '"';
+            break;
+        case '\\':
+            r = '\\';
+            break;
         default:
             free(buf);
             return lex_fail(L, L->i - 2, KILN_E_INVALID, "unexpected escaped character: %c", e);
@@ -319,7 +344,8 @@ static kiln_code lex_comment(lexer *L)
     bool strip_before = L->i < L->n && L->s[L->i] == '-';
     if (strip_before) L->i++;
     size_t body = L->i;
-    while (L->i + 1 < L->n && !(L->s[L->i] == '#' && L->s[L->i + 1] == '}')) L->i++;
+    while (L->i + 1 < L->n && !(L->s[L->i] == '#' && L->s[L->i + 1] == '}'))
+        L->i++;
     if (L->i + 1 >= L->n) return lex_fail(L, start, KILN_E_INVALID, "missing end of comment tag");
     bool strip_after = L->i > body && L->s[L->i - 1] == '-';
     if (strip_before) strip_trailing(L);
@@ -345,10 +371,12 @@ static const struct {
 
 static kiln_code lex_number(lexer *L, size_t start, bool after_dot)
 {
-    while (L->i < L->n && is_digit(L->s[L->i])) L->i++;
+    while (L->i < L->n && is_digit(L->s[L->i]))
+        L->i++;
     if (!after_dot && L->i + 1 < L->n && L->s[L->i] == '.' && is_digit(L->s[L->i + 1])) {
         L->i++;
-        while (L->i < L->n && is_digit(L->s[L->i])) L->i++;
+        while (L->i < L->n && is_digit(L->s[L->i]))
+            L->i++;
     }
     /* Jinja2's exponent form (1e3, 2.5E-7); @huggingface/jinja has none */
     if (!after_dot && L->i + 1 < L->n && (L->s[L->i] == 'e' || L->s[L->i] == 'E')) {
@@ -356,7 +384,8 @@ static kiln_code lex_number(lexer *L, size_t start, bool after_dot)
         if (j < L->n && (L->s[j] == '+' || L->s[j] == '-')) j++;
         if (j < L->n && is_digit(L->s[j])) {
             L->i = j;
-            while (L->i < L->n && is_digit(L->s[L->i])) L->i++;
+            while (L->i < L->n && is_digit(L->s[L->i]))
+                L->i++;
         }
     }
     return push(L, T_NUM, start, L->s + start, L->i - start);
@@ -390,7 +419,8 @@ static kiln_code lex_in_tag(lexer *L, int *brace_depth)
     if (is_digit(c)) return lex_number(L, L->i, last && last->kind == T_DOT);
     if (is_word(c)) {
         size_t start = L->i;
-        while (L->i < L->n && is_word(L->s[L->i])) L->i++;
+        while (L->i < L->n && is_word(L->s[L->i]))
+            L->i++;
         return push(L, T_NAME, start, L->s + start, L->i - start);
     }
     if ((unsigned char)c >= 0x80) {
@@ -410,9 +440,9 @@ static kiln_code scan(lexer *L)
         if (!last || last->kind == T_CLOSE_STMT || last->kind == T_CLOSE_EXPR ||
             last->kind == T_COMMENT) {
             size_t start = L->i;
-            while (L->i < L->n && !(L->s[L->i] == '{' && L->i + 1 < L->n &&
-                                    (L->s[L->i + 1] == '%' || L->s[L->i + 1] == '{' ||
-                                     L->s[L->i + 1] == '#')))
+            while (L->i < L->n &&
+                   !(L->s[L->i] == '{' && L->i + 1 < L->n &&
+                     (L->s[L->i + 1] == '%' || L->s[L->i + 1] == '{' || L->s[L->i + 1] == '#')))
                 L->i++;
             if (L->i > start) {
                 if ((rc = push(L, T_TEXT, start, L->s + start, L->i - start))) return rc;
@@ -451,7 +481,8 @@ static kiln_code scan(lexer *L)
 
 void tmpl_toks_free(tmpl_toks *t)
 {
-    for (size_t i = 0; i < t->n; i++) free(t->v[i].s);
+    for (size_t i = 0; i < t->n; i++)
+        free(t->v[i].s);
     free(t->v);
     memset(t, 0, sizeof *t);
 }
@@ -484,8 +515,8 @@ kiln_code tmpl_lex(const char *src, size_t len, const tmpl_options *opt, tmpl_to
     mb_free(&a);
     if (!mb_put(&b, '\0', (uint32_t)len)) goto nomem; /* map[n] = end of source */
     b.n--;
-    lexer L = {.s = b.s, .map = b.map, .n = b.n, .out = out, .err = err, .src = src,
-               .src_len = len};
+    lexer L = {
+        .s = b.s, .map = b.map, .n = b.n, .out = out, .err = err, .src = src, .src_len = len};
     rc = scan(&L);
     if (rc == KILN_OK) rc = push(&L, T_EOF, b.n, "", 0);
     mb_free(&b);

@@ -62,7 +62,8 @@ tmpl_value *str_strip(tmpl_rt *rt, tmpl_value *s, tmpl_value *chars, bool left, 
     if (right)
         while (e > b) {
             size_t k = e - 1;
-            while (k > b && ((unsigned char)p[k] & 0xC0) == 0x80) k--;
+            while (k > b && ((unsigned char)p[k] & 0xC0) == 0x80)
+                k--;
             utf8_next(p, e, k, &cp);
             if (!in_chars(cp, chars)) break;
             e = k;
@@ -107,7 +108,8 @@ tmpl_value *str_replace(tmpl_rt *rt, const tmpl_node *at, tmpl_value *s, tmpl_va
     if (!want_str(rt, at, old, "replace") || !want_str(rt, at, nw, "replace")) return NULL;
     int64_t left = -1;
     if (present(count)) {
-        if (count->kind != TV_INT) return rt_fail(rt, at, KILN_E_INVALID, "replace() count must be an integer");
+        if (count->kind != TV_INT)
+            return rt_fail(rt, at, KILN_E_INVALID, "replace() count must be an integer");
         left = count->u.i;
     }
     tmpl_sb b = {0};
@@ -151,7 +153,8 @@ static tmpl_value *str_split(tmpl_rt *rt, const tmpl_node *at, tmpl_value *s, tm
 {
     int64_t max = -1;
     if (present(maxv)) {
-        if (maxv->kind != TV_INT) return rt_fail(rt, at, KILN_E_INVALID, "split() maxsplit must be an integer");
+        if (maxv->kind != TV_INT)
+            return rt_fail(rt, at, KILN_E_INVALID, "split() maxsplit must be an integer");
         max = maxv->u.i;
     }
     tmpl_value *l = tv_list(rt, 0);
@@ -191,8 +194,9 @@ static tmpl_value *str_split(tmpl_rt *rt, const tmpl_node *at, tmpl_value *s, tm
         goto fail;
     }
     for (;;) {
-        size_t f = (max < 0 || (int64_t)l->u.l.n < max) ? str_find(p, n, sep->u.s.p, sep->u.s.len, i)
-                                                        : SIZE_MAX;
+        size_t f = (max < 0 || (int64_t)l->u.l.n < max)
+                       ? str_find(p, n, sep->u.s.p, sep->u.s.len, i)
+                       : SIZE_MAX;
         if (f == SIZE_MAX) {
             if (!push_str(rt, l, p + i, n - i)) goto fail;
             return l;
@@ -212,8 +216,8 @@ static bool affix(const tmpl_value *s, const tmpl_value *x, bool end)
     return !memcmp(p, x->u.s.p, x->u.s.len);
 }
 
-static tmpl_value *starts_ends(tmpl_rt *rt, const tmpl_node *at, tmpl_value *s,
-                               const tmpl_args *a, bool end)
+static tmpl_value *starts_ends(tmpl_rt *rt, const tmpl_node *at, tmpl_value *s, const tmpl_args *a,
+                               bool end)
 {
     tmpl_value *x = arg_get(a, 0, NULL);
     const char *fn = end ? "endswith" : "startswith";
@@ -227,7 +231,8 @@ static tmpl_value *starts_ends(tmpl_rt *rt, const tmpl_node *at, tmpl_value *s,
         }
         return TV_BOOLV(false);
     }
-    return rt_fail(rt, at, KILN_E_INVALID, "%s() argument must be a string or tuple of strings", fn);
+    return rt_fail(rt, at, KILN_E_INVALID, "%s() argument must be a string or tuple of strings",
+                   fn);
 }
 
 /* str.format: {} {0} {name}; conversions and format specs are accepted and ignored. */
@@ -248,13 +253,15 @@ static tmpl_value *str_format(tmpl_rt *rt, const tmpl_node *at, tmpl_value *s, c
             continue;
         }
         size_t j = i + 1;
-        while (j < n && p[j] != '}') j++;
+        while (j < n && p[j] != '}')
+            j++;
         if (j >= n) {
             rt_fail(rt, at, KILN_E_INVALID, "format(): single '{' encountered");
             goto fail;
         }
         size_t fe = i + 1;
-        while (fe < j && p[fe] != '!' && p[fe] != ':') fe++;
+        while (fe < j && p[fe] != '!' && p[fe] != ':')
+            fe++;
         tmpl_value *v = NULL;
         if (fe == i + 1) {
             v = arg_get(a, auto_i++, NULL);
@@ -262,7 +269,8 @@ static tmpl_value *str_format(tmpl_rt *rt, const tmpl_node *at, tmpl_value *s, c
             v = arg_get(a, (size_t)strtoul(p + i + 1, NULL, 10), NULL);
         } else {
             for (size_t k = 0; k < a->nkw && !v; k++)
-                if (strlen(a->kw_names[k]) == fe - i - 1 && !memcmp(a->kw_names[k], p + i + 1, fe - i - 1))
+                if (strlen(a->kw_names[k]) == fe - i - 1 &&
+                    !memcmp(a->kw_names[k], p + i + 1, fe - i - 1))
                     v = a->kw_vals[k];
         }
         if (!v) {
@@ -281,19 +289,64 @@ fail:
 
 /* ------------------------------------------------------------------ string methods */
 
-#define METHOD(name) static tmpl_value *name(tmpl_rt *rt, const tmpl_node *at, tmpl_value *self, const tmpl_args *a)
+#define METHOD(name)                                                                               \
+    static tmpl_value *name(tmpl_rt *rt, const tmpl_node *at, tmpl_value *self, const tmpl_args *a)
 
-METHOD(m_upper) { (void)at; (void)a; return str_case(rt, self, 1); }
-METHOD(m_lower) { (void)at; (void)a; return str_case(rt, self, 0); }
-METHOD(m_title) { (void)at; (void)a; return str_case(rt, self, 2); }
-METHOD(m_capitalize) { (void)at; (void)a; return str_case(rt, self, 3); }
-METHOD(m_strip) { (void)at; return str_strip(rt, self, arg_get(a, 0, "chars"), true, true); }
-METHOD(m_lstrip) { (void)at; return str_strip(rt, self, arg_get(a, 0, "chars"), true, false); }
-METHOD(m_rstrip) { (void)at; return str_strip(rt, self, arg_get(a, 0, "chars"), false, true); }
-METHOD(m_startswith) { return starts_ends(rt, at, self, a, false); }
-METHOD(m_endswith) { return starts_ends(rt, at, self, a, true); }
-METHOD(m_split) { return str_split(rt, at, self, arg_get(a, 0, "sep"), arg_get(a, 1, "maxsplit")); }
-METHOD(m_format) { return str_format(rt, at, self, a); }
+METHOD(m_upper)
+{
+    (void)at;
+    (void)a;
+    return str_case(rt, self, 1);
+}
+METHOD(m_lower)
+{
+    (void)at;
+    (void)a;
+    return str_case(rt, self, 0);
+}
+METHOD(m_title)
+{
+    (void)at;
+    (void)a;
+    return str_case(rt, self, 2);
+}
+METHOD(m_capitalize)
+{
+    (void)at;
+    (void)a;
+    return str_case(rt, self, 3);
+}
+METHOD(m_strip)
+{
+    (void)at;
+    return str_strip(rt, self, arg_get(a, 0, "chars"), true, true);
+}
+METHOD(m_lstrip)
+{
+    (void)at;
+    return str_strip(rt, self, arg_get(a, 0, "chars"), true, false);
+}
+METHOD(m_rstrip)
+{
+    (void)at;
+    return str_strip(rt, self, arg_get(a, 0, "chars"), false, true);
+}
+METHOD(m_startswith)
+{
+    return starts_ends(rt, at, self, a, false);
+}
+METHOD(m_endswith)
+{
+    return starts_ends(rt, at, self, a, true);
+}
+METHOD(m_split)
+{
+    return str_split(rt, at, self, arg_get(a, 0, "sep"), arg_get(a, 1, "maxsplit"));
+}
+METHOD(m_format)
+{
+    return str_format(rt, at, self, a);
+}
 METHOD(m_replace)
 {
     return str_replace(rt, at, self, arg_get(a, 0, "old"), arg_get(a, 1, "new"),
@@ -306,7 +359,8 @@ METHOD(m_count)
     if (!x) return NULL;
     if (x->u.s.len == 0) return tv_int(rt, (int64_t)utf8_cplen(self->u.s.p, self->u.s.len) + 1);
     int64_t c = 0;
-    for (size_t i = 0; (i = str_find(self->u.s.p, self->u.s.len, x->u.s.p, x->u.s.len, i)) != SIZE_MAX;
+    for (size_t i = 0;
+         (i = str_find(self->u.s.p, self->u.s.len, x->u.s.p, x->u.s.len, i)) != SIZE_MAX;
          i += x->u.s.len)
         c++;
     return tv_int(rt, c);
@@ -329,18 +383,22 @@ METHOD(m_join)
     tmpl_sb b = {0};
     bool ok = true;
     for (size_t i = 0; ok && i < l->u.l.n; i++)
-        ok = (i == 0 || sb_put(rt, &b, self->u.s.p, self->u.s.len)) && tv_write_str(rt, &b, l->u.l.items[i]);
+        ok = (i == 0 || sb_put(rt, &b, self->u.s.p, self->u.s.len)) &&
+             tv_write_str(rt, &b, l->u.l.items[i]);
     tv_decref(rt, l);
     if (!ok) return sb_free(&b), NULL;
     return sb_take(rt, &b);
 }
 
 static const tmpl_builtin STR_METHODS[] = {
-    {"upper", m_upper},           {"lower", m_lower},     {"title", m_title},
-    {"capitalize", m_capitalize}, {"strip", m_strip},     {"lstrip", m_lstrip},
-    {"rstrip", m_rstrip},         {"startswith", m_startswith}, {"endswith", m_endswith},
-    {"split", m_split},           {"replace", m_replace}, {"format", m_format},
-    {"count", m_count},           {"find", m_find},       {"join", m_join},
+    {"upper", m_upper},       {"lower", m_lower},
+    {"title", m_title},       {"capitalize", m_capitalize},
+    {"strip", m_strip},       {"lstrip", m_lstrip},
+    {"rstrip", m_rstrip},     {"startswith", m_startswith},
+    {"endswith", m_endswith}, {"split", m_split},
+    {"replace", m_replace},   {"format", m_format},
+    {"count", m_count},       {"find", m_find},
+    {"join", m_join},
 };
 
 /* ------------------------------------------------------------------ dict methods */
@@ -368,7 +426,12 @@ METHOD(m_get)
     return tv_ref(v ? v : def ? def : TV_NONEV);
 }
 
-METHOD(m_items) { (void)at; (void)a; return dict_items(rt, self); }
+METHOD(m_items)
+{
+    (void)at;
+    (void)a;
+    return dict_items(rt, self);
+}
 
 METHOD(m_keys)
 {
@@ -376,7 +439,8 @@ METHOD(m_keys)
     (void)a;
     tmpl_value *l = tv_list(rt, self->u.d.n);
     if (l)
-        for (size_t i = 0; i < self->u.d.n; i++) l->u.l.items[l->u.l.n++] = tv_ref(self->u.d.keys[i]);
+        for (size_t i = 0; i < self->u.d.n; i++)
+            l->u.l.items[l->u.l.n++] = tv_ref(self->u.d.keys[i]);
     return l;
 }
 
@@ -386,7 +450,8 @@ METHOD(m_values)
     (void)a;
     tmpl_value *l = tv_list(rt, self->u.d.n);
     if (l)
-        for (size_t i = 0; i < self->u.d.n; i++) l->u.l.items[l->u.l.n++] = tv_ref(self->u.d.vals[i]);
+        for (size_t i = 0; i < self->u.d.n; i++)
+            l->u.l.items[l->u.l.n++] = tv_ref(self->u.d.vals[i]);
     return l;
 }
 
@@ -396,7 +461,8 @@ tmpl_value *dict_dictsort(tmpl_rt *rt, const tmpl_node *at, tmpl_value *d, const
                *rev = arg_get(a, 2, "reverse");
     bool by_value = false;
     if (by && by->kind == TV_STR) {
-        if (!strcmp(by->u.s.p, "value")) by_value = true;
+        if (!strcmp(by->u.s.p, "value"))
+            by_value = true;
         else if (strcmp(by->u.s.p, "key"))
             return rt_fail(rt, at, KILN_E_INVALID, "dictsort: by must be 'key' or 'value'");
     }
@@ -410,7 +476,10 @@ tmpl_value *dict_dictsort(tmpl_rt *rt, const tmpl_node *at, tmpl_value *d, const
     return items;
 }
 
-METHOD(m_dictsort) { return dict_dictsort(rt, at, self, a); }
+METHOD(m_dictsort)
+{
+    return dict_dictsort(rt, at, self, a);
+}
 
 static const tmpl_builtin DICT_METHODS[] = {
     {"get", m_get},       {"items", m_items},       {"keys", m_keys},
@@ -470,7 +539,8 @@ METHOD(g_range)
                             : ((double)start - (double)stop) / (double)-step;
     if (count < 0) count = 0;
     if (count > (double)rt->iters_max)
-        return rt_fail(rt, at, KILN_E_TOO_LARGE, "range() of %.0f items exceeds the loop limit", count);
+        return rt_fail(rt, at, KILN_E_TOO_LARGE, "range() of %.0f items exceeds the loop limit",
+                       count);
     size_t cnt = (size_t)count + 1;
     tmpl_value *l = tv_list(rt, cnt);
     if (!l) return NULL;
@@ -486,17 +556,20 @@ static bool fill_pairs(tmpl_rt *rt, const tmpl_node *at, tmpl_value *d, tmpl_val
 {
     if (src->kind == TV_DICT || src->kind == TV_NS) {
         for (size_t i = 0; i < src->u.d.n; i++)
-            if (!tv_dict_setk(rt, d, tv_ref(src->u.d.keys[i]), tv_ref(src->u.d.vals[i]))) return false;
+            if (!tv_dict_setk(rt, d, tv_ref(src->u.d.keys[i]), tv_ref(src->u.d.vals[i])))
+                return false;
         return true;
     }
     if (src->kind == TV_LIST) {
         for (size_t i = 0; i < src->u.l.n; i++) {
             tmpl_value *p = src->u.l.items[i];
             if (p->kind != TV_LIST || p->u.l.n != 2 || p->u.l.items[0]->kind != TV_STR) {
-                rt_fail(rt, at, KILN_E_INVALID, "expected a mapping or a list of [key, value] pairs");
+                rt_fail(rt, at, KILN_E_INVALID,
+                        "expected a mapping or a list of [key, value] pairs");
                 return false;
             }
-            if (!tv_dict_setk(rt, d, tv_ref(p->u.l.items[0]), tv_ref(p->u.l.items[1]))) return false;
+            if (!tv_dict_setk(rt, d, tv_ref(p->u.l.items[0]), tv_ref(p->u.l.items[1])))
+                return false;
         }
         return true;
     }
@@ -507,7 +580,9 @@ static bool fill_pairs(tmpl_rt *rt, const tmpl_node *at, tmpl_value *d, tmpl_val
 static tmpl_value *make_mapping(tmpl_rt *rt, const tmpl_node *at, const tmpl_args *a, uint8_t kind,
                                 const char *fn)
 {
-    if (a->npos > 1) return rt_fail(rt, at, KILN_E_INVALID, "%s expected at most 1 argument, got %zu", fn, a->npos);
+    if (a->npos > 1)
+        return rt_fail(rt, at, KILN_E_INVALID, "%s expected at most 1 argument, got %zu", fn,
+                       a->npos);
     tmpl_value *d = tv_dict(rt, kind);
     if (!d) return NULL;
     if (a->npos == 1 && !fill_pairs(rt, at, d, a->pos[0])) return tv_decref(rt, d), NULL;
@@ -517,12 +592,22 @@ static tmpl_value *make_mapping(tmpl_rt *rt, const tmpl_node *at, const tmpl_arg
     return d;
 }
 
-METHOD(g_namespace) { (void)self; return make_mapping(rt, at, a, TV_NS, "namespace"); }
-METHOD(g_dict) { (void)self; return make_mapping(rt, at, a, TV_DICT, "dict"); }
+METHOD(g_namespace)
+{
+    (void)self;
+    return make_mapping(rt, at, a, TV_NS, "namespace");
+}
+METHOD(g_dict)
+{
+    (void)self;
+    return make_mapping(rt, at, a, TV_DICT, "dict");
+}
 
-static const char *const MONTHS[] = {"January", "February", "March",     "April",   "May",      "June",
-                                     "July",    "August",   "September", "October", "November", "December"};
-static const char *const DAYS[] = {"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"};
+static const char *const MONTHS[] = {"January",   "February", "March",    "April",
+                                     "May",       "June",     "July",     "August",
+                                     "September", "October",  "November", "December"};
+static const char *const DAYS[] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
+                                   "Thursday", "Friday", "Saturday"};
 
 /* Python strftime for the codes templates use, in the C locale; "%-d" drops padding
  * (glibc); unknown codes are copied through. */
@@ -539,23 +624,54 @@ static bool strftime_py(tmpl_rt *rt, tmpl_sb *b, const char *f, size_t n, const 
         const char *s = NULL;
         char buf[32];
         switch (c) {
-        case 'Y': v = tm->tm_year + 1900; w = 4; break;
-        case 'y': v = tm->tm_year % 100; break;
-        case 'm': v = tm->tm_mon + 1; break;
-        case 'd': v = tm->tm_mday; break;
-        case 'e': v = tm->tm_mday; break;
-        case 'H': v = tm->tm_hour; break;
-        case 'I': v = tm->tm_hour % 12 ? tm->tm_hour % 12 : 12; break;
-        case 'M': v = tm->tm_min; break;
-        case 'S': v = tm->tm_sec; break;
-        case 'j': v = tm->tm_yday + 1; w = 3; break;
-        case 'B': s = MONTHS[tm->tm_mon % 12]; break;
-        case 'A': s = DAYS[tm->tm_wday % 7]; break;
-        case 'p': s = tm->tm_hour < 12 ? "AM" : "PM"; break;
-        case '%': s = "%"; break;
+        case 'Y':
+            v = tm->tm_year + 1900;
+            w = 4;
+            break;
+        case 'y':
+            v = tm->tm_year % 100;
+            break;
+        case 'm':
+            v = tm->tm_mon + 1;
+            break;
+        case 'd':
+            v = tm->tm_mday;
+            break;
+        case 'e':
+            v = tm->tm_mday;
+            break;
+        case 'H':
+            v = tm->tm_hour;
+            break;
+        case 'I':
+            v = tm->tm_hour % 12 ? tm->tm_hour % 12 : 12;
+            break;
+        case 'M':
+            v = tm->tm_min;
+            break;
+        case 'S':
+            v = tm->tm_sec;
+            break;
+        case 'j':
+            v = tm->tm_yday + 1;
+            w = 3;
+            break;
+        case 'B':
+            s = MONTHS[tm->tm_mon % 12];
+            break;
+        case 'A':
+            s = DAYS[tm->tm_wday % 7];
+            break;
+        case 'p':
+            s = tm->tm_hour < 12 ? "AM" : "PM";
+            break;
+        case '%':
+            s = "%";
+            break;
         case 'b':
         case 'a':
-            snprintf(buf, sizeof buf, "%.3s", c == 'b' ? MONTHS[tm->tm_mon % 12] : DAYS[tm->tm_wday % 7]);
+            snprintf(buf, sizeof buf, "%.3s",
+                     c == 'b' ? MONTHS[tm->tm_mon % 12] : DAYS[tm->tm_wday % 7]);
             s = buf;
             break;
         default:
@@ -564,9 +680,12 @@ static bool strftime_py(tmpl_rt *rt, tmpl_sb *b, const char *f, size_t n, const 
             continue;
         }
         if (!s) {
-            if (nopad) snprintf(buf, sizeof buf, "%d", v);
-            else if (c == 'e') snprintf(buf, sizeof buf, "%2d", v);
-            else snprintf(buf, sizeof buf, "%0*d", w, v);
+            if (nopad)
+                snprintf(buf, sizeof buf, "%d", v);
+            else if (c == 'e')
+                snprintf(buf, sizeof buf, "%2d", v);
+            else
+                snprintf(buf, sizeof buf, "%0*d", w, v);
             s = buf;
         }
         if (!sb_put(rt, b, s, strlen(s))) return false;
@@ -609,8 +728,8 @@ tmpl_value *tmpl_globals(tmpl_rt *rt)
     static const struct {
         const char *name;
         tmpl_value *v;
-    } consts[] = {{"true", &tmpl_true_v},   {"false", &tmpl_false_v}, {"none", &tmpl_none_v},
-                  {"True", &tmpl_true_v},   {"False", &tmpl_false_v}, {"None", &tmpl_none_v}};
+    } consts[] = {{"true", &tmpl_true_v}, {"false", &tmpl_false_v}, {"none", &tmpl_none_v},
+                  {"True", &tmpl_true_v}, {"False", &tmpl_false_v}, {"None", &tmpl_none_v}};
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
         if (!tv_dict_set(rt, g, consts[i].name, strlen(consts[i].name), consts[i].v))
             return tv_decref(rt, g), NULL;

@@ -41,7 +41,8 @@ static bool eq_impl(const tmpl_value *a, const tmpl_value *b, bool strict, int d
         return num_f(a) == num_f(b);
     }
     /* undefined == none, as @huggingface/jinja (JavaScript's undefined == null) has it */
-    if (!strict && (a->kind == TV_UNDEF || a->kind == TV_NONE) && (b->kind == TV_UNDEF || b->kind == TV_NONE))
+    if (!strict && (a->kind == TV_UNDEF || a->kind == TV_NONE) &&
+        (b->kind == TV_UNDEF || b->kind == TV_NONE))
         return true;
     if (a->kind != b->kind) return false;
     switch (a->kind) {
@@ -107,7 +108,9 @@ int tv_compare(tmpl_rt *rt, const tmpl_node *at, const tmpl_value *a, const tmpl
     }
     if (a->kind == TV_STR && b->kind == TV_STR)
         return cmp_bytes(a->u.s.p, a->u.s.len, b->u.s.p, b->u.s.len, !case_sensitive);
-    if (*ok) rt_fail(rt, at, KILN_E_INVALID, "cannot compare %s with %s", tv_kind_name(a), tv_kind_name(b));
+    if (*ok)
+        rt_fail(rt, at, KILN_E_INVALID, "cannot compare %s with %s", tv_kind_name(a),
+                tv_kind_name(b));
     *ok = false;
     return 0;
 }
@@ -168,7 +171,8 @@ static tmpl_value *arith(tmpl_rt *rt, const tmpl_node *at, int op, tmpl_value *l
         {
             double p = pow(a, b);
             if (!isfinite(p))
-                return rt_fail(rt, at, KILN_E_INVALID, "exponentiation result is not a finite real number");
+                return rt_fail(rt, at, KILN_E_INVALID,
+                               "exponentiation result is not a finite real number");
             return tv_float(rt, p);
         }
     }
@@ -201,7 +205,8 @@ static tmpl_value *repeat(tmpl_rt *rt, const tmpl_node *at, tmpl_value *seq, int
     tmpl_value *l = tv_list(rt, (size_t)n * seq->u.l.n);
     if (!l) return NULL;
     for (int64_t i = 0; i < n; i++)
-        for (size_t k = 0; k < seq->u.l.n; k++) l->u.l.items[l->u.l.n++] = tv_ref(seq->u.l.items[k]);
+        for (size_t k = 0; k < seq->u.l.n; k++)
+            l->u.l.items[l->u.l.n++] = tv_ref(seq->u.l.items[k]);
     return l;
 }
 
@@ -213,7 +218,8 @@ tmpl_value *tv_contains(tmpl_rt *rt, const tmpl_node *at, tmpl_value *needle, tm
     case TV_UNDEF:
         break;
     case TV_LIST:
-        for (size_t i = 0; i < hay->u.l.n && !found; i++) found = tv_strict_eq(hay->u.l.items[i], needle);
+        for (size_t i = 0; i < hay->u.l.n && !found; i++)
+            found = tv_strict_eq(hay->u.l.items[i], needle);
         break;
     case TV_STR:
         if (needle->kind != TV_STR)
@@ -249,30 +255,35 @@ tmpl_value *tv_binop(tmpl_rt *rt, const tmpl_node *at, int op, tmpl_value *l, tm
     default:
         break;
     }
-    static const char *const names[] = {[BOP_LT] = "<",  [BOP_GT] = ">",       [BOP_LE] = "<=",
-                                        [BOP_GE] = ">=", [BOP_ADD] = "+",      [BOP_SUB] = "-",
-                                        [BOP_MUL] = "*", [BOP_DIV] = "/",      [BOP_FLOORDIV] = "//",
-                                        [BOP_MOD] = "%", [BOP_POW] = "**"};
+    static const char *const names[] = {
+        [BOP_LT] = "<",        [BOP_GT] = ">",  [BOP_LE] = "<=", [BOP_GE] = ">=",
+        [BOP_ADD] = "+",       [BOP_SUB] = "-", [BOP_MUL] = "*", [BOP_DIV] = "/",
+        [BOP_FLOORDIV] = "//", [BOP_MOD] = "%", [BOP_POW] = "**"};
     const char *name = op < (int)(sizeof names / sizeof names[0]) && names[op] ? names[op] : "?";
     if (l->kind == TV_UNDEF || r->kind == TV_UNDEF)
         return rt_fail(rt, at, KILN_E_INVALID, "cannot apply '%s' to an undefined value", name);
     if (op >= BOP_LT && op <= BOP_GE) {
         bool ok = true;
         if (!((is_num(l) && is_num(r)) || (l->kind == TV_STR && r->kind == TV_STR)))
-            return rt_fail(rt, at, KILN_E_INVALID, "'%s' is not supported between %s and %s",
-                           name, tv_kind_name(l), tv_kind_name(r));
+            return rt_fail(rt, at, KILN_E_INVALID, "'%s' is not supported between %s and %s", name,
+                           tv_kind_name(l), tv_kind_name(r));
         int c = tv_compare(rt, at, l, r, true, &ok);
         if (!ok) return NULL;
         if (is_num(l) && (isnan(num_f(l)) || isnan(num_f(r)))) return TV_BOOLV(false);
-        return TV_BOOLV(op == BOP_LT ? c < 0 : op == BOP_GT ? c > 0 : op == BOP_LE ? c <= 0 : c >= 0);
+        return TV_BOOLV(op == BOP_LT   ? c < 0
+                        : op == BOP_GT ? c > 0
+                        : op == BOP_LE ? c <= 0
+                                       : c >= 0);
     }
     if (is_num(l) && is_num(r)) return arith(rt, at, op, l, r);
     if (op == BOP_ADD) {
         if (l->kind == TV_LIST && r->kind == TV_LIST) {
             tmpl_value *x = tv_list(rt, l->u.l.n + r->u.l.n);
             if (!x) return NULL;
-            for (size_t i = 0; i < l->u.l.n; i++) x->u.l.items[x->u.l.n++] = tv_ref(l->u.l.items[i]);
-            for (size_t i = 0; i < r->u.l.n; i++) x->u.l.items[x->u.l.n++] = tv_ref(r->u.l.items[i]);
+            for (size_t i = 0; i < l->u.l.n; i++)
+                x->u.l.items[x->u.l.n++] = tv_ref(l->u.l.items[i]);
+            for (size_t i = 0; i < r->u.l.n; i++)
+                x->u.l.items[x->u.l.n++] = tv_ref(r->u.l.items[i]);
             return x;
         }
         if ((l->kind == TV_STR || r->kind == TV_STR) && l->kind != TV_NONE && r->kind != TV_NONE)
@@ -330,25 +341,38 @@ tmpl_value *tv_slice(tmpl_rt *rt, const tmpl_node *at, tmpl_value *obj, tmpl_val
         len = (int64_t)n;
     }
     if (p > 0) {
-        if (!hs) s = 0;
-        else if (s < 0 && (s += len) < 0) s = 0;
-        else if (s > len) s = len;
-        if (!he) e = len;
-        else if (e < 0 && (e += len) < 0) e = 0;
-        else if (e > len) e = len;
+        if (!hs)
+            s = 0;
+        else if (s < 0 && (s += len) < 0)
+            s = 0;
+        else if (s > len)
+            s = len;
+        if (!he)
+            e = len;
+        else if (e < 0 && (e += len) < 0)
+            e = 0;
+        else if (e > len)
+            e = len;
     } else {
-        if (!hs) s = len - 1;
-        else if (s < 0 && (s += len) < 0) s = -1;
-        else if (s >= len) s = len - 1;
-        if (!he) e = -1;
-        else if (e < 0 && (e += len) < 0) e = -1;
-        else if (e >= len) e = len - 1;
+        if (!hs)
+            s = len - 1;
+        else if (s < 0 && (s += len) < 0)
+            s = -1;
+        else if (s >= len)
+            s = len - 1;
+        if (!he)
+            e = -1;
+        else if (e < 0 && (e += len) < 0)
+            e = -1;
+        else if (e >= len)
+            e = len - 1;
     }
     tmpl_value *r;
     if (obj->kind == TV_LIST) {
         r = tv_list(rt, (size_t)(p > 0 ? (e > s ? e - s : 0) : (s > e ? s - e : 0)));
         if (r)
-            for (int64_t i = s; p > 0 ? i < e : i > e; i += p) r->u.l.items[r->u.l.n++] = tv_ref(obj->u.l.items[i]);
+            for (int64_t i = s; p > 0 ? i < e : i > e; i += p)
+                r->u.l.items[r->u.l.n++] = tv_ref(obj->u.l.items[i]);
     } else {
         tmpl_sb b = {0};
         bool ok = true;
@@ -382,9 +406,12 @@ static void merge_sort(sortctx *c, size_t *idx, size_t *tmp, size_t n)
     merge_sort(c, idx, tmp, h);
     merge_sort(c, idx + h, tmp, n - h);
     size_t i = 0, j = h, k = 0;
-    while (i < h && j < n) tmp[k++] = sort_cmp(c, idx[j], idx[i]) < 0 ? idx[j++] : idx[i++];
-    while (i < h) tmp[k++] = idx[i++];
-    while (j < n) tmp[k++] = idx[j++];
+    while (i < h && j < n)
+        tmp[k++] = sort_cmp(c, idx[j], idx[i]) < 0 ? idx[j++] : idx[i++];
+    while (i < h)
+        tmp[k++] = idx[i++];
+    while (j < n)
+        tmp[k++] = idx[j++];
     memcpy(idx, tmp, n * sizeof *idx);
 }
 
@@ -406,12 +433,14 @@ bool tv_sort(tmpl_rt *rt, const tmpl_node *at, tmpl_value **items, size_t n, boo
     }
     merge_sort(&c, idx, tmp, n);
     if (!c.ok) goto out;
-    for (size_t i = 0; i < n; i++) sorted[i] = items[idx[i]];
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = items[idx[i]];
     memcpy(items, sorted, n * sizeof *items);
     ok = true;
 out:
     if (c.keys)
-        for (size_t i = 0; i < n; i++) tv_decref(rt, c.keys[i]);
+        for (size_t i = 0; i < n; i++)
+            tv_decref(rt, c.keys[i]);
     free(c.keys);
     free(idx);
     free(tmp);

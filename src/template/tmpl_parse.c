@@ -164,8 +164,10 @@ static tmpl_node **nl_finish(parser *P, nlist *l, uint32_t *n)
     tmpl_node **v = NULL;
     if (l->n) {
         v = palloc(P, l->n * sizeof *v);
-        if (v) memcpy(v, l->v, l->n * sizeof *v);
-        else pnomem(P);
+        if (v)
+            memcpy(v, l->v, l->n * sizeof *v);
+        else
+            pnomem(P);
     }
     free(l->v);
     memset(l, 0, sizeof *l);
@@ -229,13 +231,15 @@ static bool parse_args(parser *P, bool params, tmpl_node *into)
                 perr(P, at, "expected a parameter name");
                 break;
             } else if (arg && saw_kw) {
-                perr(P, at, params ? "non-default argument follows default argument"
-                                   : "positional argument follows keyword argument");
+                perr(P, at,
+                     params ? "non-default argument follows default argument"
+                            : "positional argument follows keyword argument");
                 break;
             }
         }
         if (!nl_push(P, &args, arg)) break;
-        if (is(P, T_COMMA)) P->i++;
+        if (is(P, T_COMMA))
+            P->i++;
         else if (!is(P, T_RPAREN)) {
             perr(P, cur(P), "expected ',' or ')' in argument list");
             break;
@@ -261,7 +265,8 @@ static tmpl_node *parse_member(parser *P, tmpl_node *obj)
             if (t->kind == T_NAME) {
                 n->s = pstrdup(P, t->s, t->len);
                 n->slen = t->len;
-            } else if (t->kind == T_NUM && !strpbrk(t->s, ".eE") && t->s[0] != '-' && t->s[0] != '+') {
+            } else if (t->kind == T_NUM && !strpbrk(t->s, ".eE") && t->s[0] != '-' &&
+                       t->s[0] != '+') {
                 n->flags |= AF_INDEX;
                 n->i = strtoll(t->s, NULL, 10);
             } else {
@@ -432,9 +437,10 @@ static tmpl_node *parse_mul(parser *P)
     while (l && is(P, T_MUL)) {
         const tmpl_tok *op = cur(P);
         P->i++;
-        int o = !strcmp(op->s, "*") ? BOP_MUL : !strcmp(op->s, "/") ? BOP_DIV
-                : !strcmp(op->s, "//")                             ? BOP_FLOORDIV
-                                                                   : BOP_MOD;
+        int o = !strcmp(op->s, "*")    ? BOP_MUL
+                : !strcmp(op->s, "/")  ? BOP_DIV
+                : !strcmp(op->s, "//") ? BOP_FLOORDIV
+                                       : BOP_MOD;
         l = binary(P, op, o, l, parse_pow(P));
     }
     return l;
@@ -466,10 +472,12 @@ static tmpl_node *parse_compare(parser *P)
             P->i++;
         } else if (op->kind == T_CMP) {
             const char *s = op->s;
-            o = !strcmp(s, "==") ? BOP_EQ : !strcmp(s, "!=") ? BOP_NE : !strcmp(s, "<") ? BOP_LT
-                : !strcmp(s, ">")                             ? BOP_GT
-                : !strcmp(s, "<=")                            ? BOP_LE
-                                                              : BOP_GE;
+            o = !strcmp(s, "==")   ? BOP_EQ
+                : !strcmp(s, "!=") ? BOP_NE
+                : !strcmp(s, "<")  ? BOP_LT
+                : !strcmp(s, ">")  ? BOP_GT
+                : !strcmp(s, "<=") ? BOP_LE
+                                   : BOP_GE;
             P->i++;
         } else {
             break;
@@ -568,8 +576,10 @@ static tmpl_node *parse_sequence(parser *P, bool primary)
         if (!nl_push(P, &items, primary ? parse_primary(P) : parse_expr(P))) break;
     }
     tmpl_node *n = node(P, N_TUPLE, at);
-    if (n) n->args = nl_finish(P, &items, &n->nargs);
-    else free(items.v);
+    if (n)
+        n->args = nl_finish(P, &items, &n->nargs);
+    else
+        free(items.v);
     return P->failed ? NULL : n;
 }
 
@@ -595,7 +605,8 @@ static tmpl_node *parse_primary(parser *P)
     case T_STR: {
         /* adjacent string literals concatenate */
         size_t total = t->len, k = P->i;
-        while (k < P->n && P->tok[k].kind == T_STR) total += P->tok[k++].len;
+        while (k < P->n && P->tok[k].kind == T_STR)
+            total += P->tok[k++].len;
         char *s = palloc(P, total + 1);
         if (!s) return pnomem(P);
         size_t o = 0;
@@ -633,12 +644,16 @@ static tmpl_node *parse_primary(parser *P)
                 break;
             }
             if (!nl_push(P, &items, parse_expr(P))) break;
-            if (is(P, T_COMMA)) P->i++;
-            else if (!is(P, T_RBRACKET)) perr(P, cur(P), "expected ',' or ']' in list literal");
+            if (is(P, T_COMMA))
+                P->i++;
+            else if (!is(P, T_RBRACKET))
+                perr(P, cur(P), "expected ',' or ']' in list literal");
         }
         n = node(P, N_LIST, t);
-        if (n) n->args = nl_finish(P, &items, &n->nargs);
-        else free(items.v);
+        if (n)
+            n->args = nl_finish(P, &items, &n->nargs);
+        else
+            free(items.v);
         if (n && !P->failed) P->i++;
         break;
     }
@@ -652,12 +667,16 @@ static tmpl_node *parse_primary(parser *P)
             if (!nl_push(P, &items, parse_expr(P))) break;
             if (!expect(P, T_COLON, "':' in dict literal")) break;
             if (!nl_push(P, &items, parse_expr(P))) break;
-            if (is(P, T_COMMA)) P->i++;
-            else if (!is(P, T_RBRACE)) perr(P, cur(P), "expected ',' or '}' in dict literal");
+            if (is(P, T_COMMA))
+                P->i++;
+            else if (!is(P, T_RBRACE))
+                perr(P, cur(P), "expected ',' or '}' in dict literal");
         }
         n = node(P, N_DICT, t);
-        if (n) n->args = nl_finish(P, &items, &n->nargs);
-        else free(items.v);
+        if (n)
+            n->args = nl_finish(P, &items, &n->nargs);
+        else
+            free(items.v);
         if (n && !P->failed) P->i++;
         break;
     }
@@ -860,12 +879,18 @@ static tmpl_node *parse_stmt(parser *P)
     if (!enter(P)) return NULL;
     tmpl_node *n = NULL;
     const char *s = at->s;
-    if (!strcmp(s, "if")) n = parse_if(P, at);
-    else if (!strcmp(s, "for")) n = parse_for(P, at);
-    else if (!strcmp(s, "set")) n = parse_set(P, at);
-    else if (!strcmp(s, "macro")) n = parse_macro(P, at);
-    else if (!strcmp(s, "call")) n = parse_callblock(P, at);
-    else if (!strcmp(s, "filter")) n = parse_filterblock(P, at);
+    if (!strcmp(s, "if"))
+        n = parse_if(P, at);
+    else if (!strcmp(s, "for"))
+        n = parse_for(P, at);
+    else if (!strcmp(s, "set"))
+        n = parse_set(P, at);
+    else if (!strcmp(s, "macro"))
+        n = parse_macro(P, at);
+    else if (!strcmp(s, "call"))
+        n = parse_callblock(P, at);
+    else if (!strcmp(s, "filter"))
+        n = parse_filterblock(P, at);
     else if (!strcmp(s, "break") || !strcmp(s, "continue")) {
         n = node(P, s[0] == 'b' ? N_BREAK : N_CONTINUE, at);
         if (n && !expect(P, T_CLOSE_STMT, "'%}'")) n = NULL;

@@ -26,7 +26,8 @@ bool sb_put(tmpl_rt *rt, tmpl_sb *b, const char *s, size_t n)
     }
     if (b->len + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap * 2 : 256;
-        while (nc < b->len + n + 1) nc *= 2;
+        while (nc < b->len + n + 1)
+            nc *= 2;
         char *p = realloc(b->p, nc);
         if (!p) {
             if (rt) rt_nomem(rt);
@@ -103,7 +104,8 @@ void fmt_float(char *buf, size_t n, double f)
     for (; *p && *p != 'e'; p++)
         if (*p >= '0' && *p <= '9') digits[nd++] = *p;
     int exp10 = atoi(p + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
     digits[nd] = '\0';
     char out[64];
     size_t o = 0;
@@ -112,20 +114,25 @@ void fmt_float(char *buf, size_t n, double f)
         out[o++] = digits[0];
         if (nd > 1) {
             out[o++] = '.';
-            for (int i = 1; i < nd; i++) out[o++] = digits[i];
+            for (int i = 1; i < nd; i++)
+                out[o++] = digits[i];
         }
         o += (size_t)snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+',
                               exp10 < 0 ? -exp10 : exp10);
     } else if (exp10 < 0) {
         out[o++] = '0';
         out[o++] = '.';
-        for (int i = 0; i < -exp10 - 1; i++) out[o++] = '0';
-        for (int i = 0; i < nd; i++) out[o++] = digits[i];
+        for (int i = 0; i < -exp10 - 1; i++)
+            out[o++] = '0';
+        for (int i = 0; i < nd; i++)
+            out[o++] = digits[i];
     } else {
-        for (int i = 0; i <= exp10; i++) out[o++] = i < nd ? digits[i] : '0';
+        for (int i = 0; i <= exp10; i++)
+            out[o++] = i < nd ? digits[i] : '0';
         out[o++] = '.';
         if (nd > exp10 + 1)
-            for (int i = exp10 + 1; i < nd; i++) out[o++] = digits[i];
+            for (int i = exp10 + 1; i < nd; i++)
+                out[o++] = digits[i];
         else
             out[o++] = '0';
     }
@@ -201,8 +208,8 @@ bool tv_truthy(const tmpl_value *v)
 
 const char *tv_kind_name(const tmpl_value *v)
 {
-    static const char *const names[] = {"undefined", "none", "boolean", "integer",
-                                        "float",     "string", "list",  "dict",
+    static const char *const names[] = {"undefined", "none",     "boolean", "integer",
+                                        "float",     "string",   "list",    "dict",
                                         "namespace", "function", "scope"};
     return v->kind < sizeof names / sizeof names[0] ? names[v->kind] : "?";
 }
@@ -262,7 +269,8 @@ size_t utf8_cplen(const char *s, size_t len)
 {
     size_t n = 0;
     uint32_t cp;
-    for (size_t i = 0; i < len; i += utf8_next(s, len, i, &cp)) n++;
+    for (size_t i = 0; i < len; i += utf8_next(s, len, i, &cp))
+        n++;
     return n;
 }
 
@@ -286,9 +294,9 @@ size_t js_space(const char *s, size_t len, size_t i)
 /* Python's str.isspace() for str.strip()/split() without arguments. */
 bool py_space(uint32_t c)
 {
-    return (c >= 9 && c <= 13) || c == 32 || (c >= 0x1C && c <= 0x1F) || c == 0x85 ||
-           c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
-           c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+    return (c >= 9 && c <= 13) || c == 32 || (c >= 0x1C && c <= 0x1F) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 size_t str_find(const char *h, size_t hn, const char *n, size_t nn, size_t from)

@@ -103,7 +103,8 @@ static void release_children(tmpl_rt *rt, tmpl_value *v)
 {
     switch (v->kind) {
     case TV_LIST:
-        for (size_t i = 0; i < v->u.l.n; i++) tv_decref(rt, v->u.l.items[i]);
+        for (size_t i = 0; i < v->u.l.n; i++)
+            tv_decref(rt, v->u.l.items[i]);
         break;
     case TV_DICT:
     case TV_NS:
@@ -198,7 +199,8 @@ static bool grow(tmpl_rt *rt, tmpl_value *owner, void ***arr, size_t *cap, size_
 {
     if (need <= *cap) return true;
     size_t nc = *cap ? *cap * 2 : 4;
-    while (nc < need) nc *= 2;
+    while (nc < need)
+        nc *= 2;
     size_t add = (nc - *cap) * sizeof(void *);
     if (rt && !owner->external && !rt_charge(rt, add)) return false;
     void **p = realloc(*arr, nc * sizeof(void *));
@@ -352,7 +354,8 @@ void tmpl_value_free(tmpl_value *v)
     if (--v->refcnt > 0) return;
     switch (v->kind) {
     case TV_LIST:
-        for (size_t i = 0; i < v->u.l.n; i++) tmpl_value_free(v->u.l.items[i]);
+        for (size_t i = 0; i < v->u.l.n; i++)
+            tmpl_value_free(v->u.l.items[i]);
         break;
     case TV_DICT:
         for (size_t i = 0; i < v->u.d.n; i++) {
@@ -475,6 +478,7 @@ kiln_code tmpl_value_from_json(const json_t *j, tmpl_value **out, kiln_err *err)
     *out = NULL;
     if (!j) return kiln_fail(err, KILN_E_INVALID, "template context: no JSON value");
     *out = from_json(j, 0);
-    if (!*out) return kiln_fail(err, KILN_E_NOMEM, "template context: out of memory or nested too deeply");
+    if (!*out)
+        return kiln_fail(err, KILN_E_NOMEM, "template context: out of memory or nested too deeply");
     return KILN_OK;
 }

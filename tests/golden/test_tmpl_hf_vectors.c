@@ -40,7 +40,8 @@ static json_t *load_vectors(void)
             in_str = text[i] == '"';
             continue;
         }
-        if (text[i] == '"') in_str = false;
+        if (text[i] == '"')
+            in_str = false;
         else if (text[i] == '\\') {
             if (i + 5 < n && !memcmp(text + i + 1, "u0000", 5)) text[i + 5] = '1';
             i++;
@@ -57,7 +58,8 @@ static tmpl_value *unmask(const char *s, size_t n)
 {
     char *c = malloc(n + 1);
     if (!c) return NULL;
-    for (size_t i = 0; i < n; i++) c[i] = s[i] == 1 ? 0 : s[i];
+    for (size_t i = 0; i < n; i++)
+        c[i] = s[i] == 1 ? 0 : s[i];
     tmpl_value *v = tmpl_value_string(c, n);
     free(c);
     return v;
@@ -82,7 +84,8 @@ static tmpl_value *to_value(json_t *j)
         {
             size_t kn = strlen(k);
             char *key = strdup(k);
-            for (size_t i = 0; i < kn; i++) key[i] = key[i] == 1 ? 0 : key[i];
+            for (size_t i = 0; i < kn; i++)
+                key[i] = key[i] == 1 ? 0 : key[i];
             tmpl_value_dict_setn(d, key, kn, to_value(e), &err);
             free(key);
         }
@@ -96,10 +99,12 @@ static tmpl_value *to_value(json_t *j)
 static void show_diff(const char *name, const char *want, const char *got)
 {
     size_t i = 0;
-    while (want[i] && want[i] == got[i]) i++;
+    while (want[i] && want[i] == got[i])
+        i++;
     size_t from = i > 60 ? i - 60 : 0;
-    fprintf(stderr, "  %s: first difference at byte %zu\n    want: ...%.120s\n    got:  ...%.120s\n",
-            name, i, want + from, got + from);
+    fprintf(stderr,
+            "  %s: first difference at byte %zu\n    want: ...%.120s\n    got:  ...%.120s\n", name,
+            i, want + from, got + from);
 }
 
 /* Renders one case; returns 1 when it matches. */
@@ -150,7 +155,8 @@ static void run_set(const char *set)
     json_t *c;
     json_array_foreach(cases, i, c) pass += (size_t)run_case(c, 1);
     size_t skipped = 0;
-    if (!strcmp(set, "unit")) skipped = json_array_size(json_object_get(root, "skipped_context_has_js_functions"));
+    if (!strcmp(set, "unit"))
+        skipped = json_array_size(json_object_get(root, "skipped_context_has_js_functions"));
     fprintf(stderr, "  %s: %zu/%zu passed, %zu skipped", set, pass, total, skipped);
     if (skipped) {
         fprintf(stderr, " (left out of the file: their context holds JavaScript functions:");

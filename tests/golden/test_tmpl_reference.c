@@ -51,8 +51,10 @@ static int models_present(const char *dir)
 static const char *templates_dir(char *buf, size_t n)
 {
     const char *env = getenv("KILN_TMPL_MODELS");
-    if (env) snprintf(buf, n, "%s", env);
-    else snprintf(buf, n, "%s/fetched-templates", binary_dir());
+    if (env)
+        snprintf(buf, n, "%s", env);
+    else
+        snprintf(buf, n, "%s/fetched-templates", binary_dir());
     if (models_present(buf)) return buf;
     char tool[4096], cmd[8192];
     test_shared_path(tool, sizeof tool, "tools/fetch_tokenizers.sh");
@@ -68,8 +70,8 @@ static json_t *find_conversation(json_t *convs, const char *name)
 {
     size_t i;
     json_t *c;
-    json_array_foreach(convs, i, c)
-        if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return json_object_get(c, "chat");
+    json_array_foreach(convs, i, c) if (!strcmp(json_string_value(json_object_get(c, "name")),
+                                                name)) return json_object_get(c, "chat");
     return NULL;
 }
 
@@ -92,7 +94,8 @@ static void check_case(const char *dir, json_t *ref, json_t *convs, tally *t)
     bool has_tools = chat && json_array_size(json_object_get(chat, "tools")) > 0;
     kiln_code rc = tmpl_chat_load(mdir, has_tools, &files, &err);
     if (json_is_true(json_object_get(ref, "no_template"))) {
-        if (rc == KILN_E_NOT_FOUND) t->no_template++;
+        if (rc == KILN_E_NOT_FOUND)
+            t->no_template++;
         else {
             fprintf(stderr, "  %s: expected no chat template, got %s\n", model, kiln_code_name(rc));
             t->failed++;
@@ -118,9 +121,10 @@ static void check_case(const char *dir, json_t *ref, json_t *convs, tally *t)
             t->failed++;
         } else if (n != wn || memcmp(out, w, n)) {
             size_t i = 0;
-            while (i < n && i < wn && out[i] == w[i]) i++;
-            fprintf(stderr, "  %s/%s: differs at byte %zu\n    want: %.80s\n    got:  %.80s\n", model,
-                    conv, i, w + i, out + i);
+            while (i < n && i < wn && out[i] == w[i])
+                i++;
+            fprintf(stderr, "  %s/%s: differs at byte %zu\n    want: %.80s\n    got:  %.80s\n",
+                    model, conv, i, w + i, out + i);
             t->failed++;
         } else {
             t->renders++;
@@ -130,10 +134,12 @@ static void check_case(const char *dir, json_t *ref, json_t *convs, tally *t)
          * are worded by each implementation ("template:LINE:COL: ...") */
         bool raised = strncmp(err.msg, "template:", 9) != 0;
         if (rc == KILN_OK) {
-            fprintf(stderr, "  %s/%s: expected error \"%s\", rendered instead\n", model, conv, want_err);
+            fprintf(stderr, "  %s/%s: expected error \"%s\", rendered instead\n", model, conv,
+                    want_err);
             t->failed++;
         } else if (raised && strcmp(err.msg, want_err)) {
-            fprintf(stderr, "  %s/%s: error \"%s\", expected \"%s\"\n", model, conv, err.msg, want_err);
+            fprintf(stderr, "  %s/%s: error \"%s\", expected \"%s\"\n", model, conv, err.msg,
+                    want_err);
             t->failed++;
         } else {
             t->errors++;
@@ -149,8 +155,10 @@ static void test_fetched_templates_match_hf_jinja(void)
     const char *dir = templates_dir(dirbuf, sizeof dirbuf);
     if (!dir) TEST_SKIP("tokenizers could not be fetched (npm unavailable?)");
     const char *env = getenv("KILN_TMPL_REFERENCE");
-    if (env) snprintf(refp, sizeof refp, "%s", env);
-    else snprintf(refp, sizeof refp, "%s/tests/template/reference_renders.json", source_dir());
+    if (env)
+        snprintf(refp, sizeof refp, "%s", env);
+    else
+        snprintf(refp, sizeof refp, "%s/tests/template/reference_renders.json", source_dir());
     snprintf(convp, sizeof convp, "%s/tests/template/conversations.json", source_dir());
     json_error_t je;
     json_t *ref = json_load_file(refp, 0, &je), *convs = json_load_file(convp, 0, &je);
@@ -159,7 +167,9 @@ static void test_fetched_templates_match_hf_jinja(void)
     size_t i;
     json_t *c;
     json_array_foreach(json_object_get(ref, "cases"), i, c) check_case(dir, c, convs, &t);
-    fprintf(stderr, "  reference (%s): %d renders identical, %d errors matched, %d without a template, %d failed\n",
+    fprintf(stderr,
+            "  reference (%s): %d renders identical, %d errors matched, %d without a template, %d "
+            "failed\n",
             refp, t.renders, t.errors, t.no_template, t.failed);
     json_decref(ref);
     json_decref(convs);

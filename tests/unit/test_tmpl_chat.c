@@ -42,7 +42,8 @@ static void test_values_built_by_hand_render(void)
 static void test_json_keeps_key_order_and_types(void)
 {
     ASSERT_RENDER("{% for k, v in o | items %}{{ k }}:{{ v }} {% endfor %}",
-                  "{\"o\": {\"z\": 1, \"a\": 2.0, \"m\": [true, null], \"q\": \"s\"}}", "z:1 a:2.0 m:[true, null] q:s ");
+                  "{\"o\": {\"z\": 1, \"a\": 2.0, \"m\": [true, null], \"q\": \"s\"}}",
+                  "z:1 a:2.0 m:[true, null] q:s ");
 }
 
 static void test_render_chat_builds_the_transformers_context(void)
@@ -55,21 +56,26 @@ static void test_render_chat_builds_the_transformers_context(void)
     ASSERT_OK(tmpl_render_chat(CHATML, msgs, NULL, NULL, true, NULL, NULL, &out, &n, &err));
     ASSERT_STR_EQ(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     free(out);
-    const char *probe = "{{ bos_token }}|{{ eos_token }}|{{ tools is none }}|{{ documents is none }}|"
-                        "{{ enable_thinking }}|{{ add_generation_prompt }}";
+    const char *probe =
+        "{{ bos_token }}|{{ eos_token }}|{{ tools is none }}|{{ documents is none }}|"
+        "{{ enable_thinking }}|{{ add_generation_prompt }}";
     ASSERT_OK(tmpl_render_chat(probe, msgs, NULL, extra, false, "<s>", "</s>", &out, &n, &err));
     ASSERT_STR_EQ(out, "<s>|</s>|true|true|false|false");
     free(out);
-    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", 0, NULL);
-    ASSERT_OK(tmpl_render_chat("{{ tools | tojson }}", msgs, tools, NULL, false, NULL, NULL, &out, &n, &err));
+    json_t *tools =
+        json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", 0, NULL);
+    ASSERT_OK(tmpl_render_chat("{{ tools | tojson }}", msgs, tools, NULL, false, NULL, NULL, &out,
+                               &n, &err));
     ASSERT_STR_EQ(out, "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]");
     free(out);
-    ASSERT_CODE(tmpl_render_chat("{{ raise_exception('no tools allowed') }}", msgs, tools, NULL, false, NULL, NULL,
-                                 &out, &n, &err),
+    ASSERT_CODE(tmpl_render_chat("{{ raise_exception('no tools allowed') }}", msgs, tools, NULL,
+                                 false, NULL, NULL, &out, &n, &err),
                 KILN_E_INVALID);
     ASSERT_STR_EQ(err.msg, "no tools allowed");
-    ASSERT_CODE(tmpl_render_chat("{% if %}", msgs, NULL, NULL, false, NULL, NULL, &out, &n, &err), KILN_E_INVALID);
-    ASSERT_CODE(tmpl_render_chat(CHATML, extra, NULL, NULL, false, NULL, NULL, &out, &n, &err), KILN_E_INVALID);
+    ASSERT_CODE(tmpl_render_chat("{% if %}", msgs, NULL, NULL, false, NULL, NULL, &out, &n, &err),
+                KILN_E_INVALID);
+    ASSERT_CODE(tmpl_render_chat(CHATML, extra, NULL, NULL, false, NULL, NULL, &out, &n, &err),
+                KILN_E_INVALID);
     json_decref(msgs);
     json_decref(extra);
     json_decref(tools);
@@ -81,8 +87,8 @@ static void test_render_json_context_wins_over_special_tokens(void)
     json_t *ctx = json_loads("{\"messages\": [], \"eos_token\": \"E\", \"x\": 1}", 0, NULL);
     json_t *sp = json_loads("{\"bos_token\": \"B\", \"eos_token\": \"nope\"}", 0, NULL);
     char *out;
-    ASSERT_OK(tmpl_render_json("{{ bos_token }}{{ eos_token }}{{ x }}{{ add_generation_prompt }}", ctx, sp, &out,
-                               NULL, &err));
+    ASSERT_OK(tmpl_render_json("{{ bos_token }}{{ eos_token }}{{ x }}{{ add_generation_prompt }}",
+                               ctx, sp, &out, NULL, &err));
     ASSERT_STR_EQ(out, "BE1false");
     free(out);
     json_decref(ctx);
@@ -107,11 +113,13 @@ static void test_chat_load_finds_templates_and_tokens(void)
     kiln_err err;
     tmpl_chat_files f;
     ASSERT_CODE(tmpl_chat_load(dir, false, &f, &err), KILN_E_NOT_FOUND);
-    ASSERT_TRUE(write_file(dir, "tokenizer_config.json",
-                           "{\"model_max_length\": 1000000000000000019884624838656,"
-                           " \"bos_token\": {\"__type\": \"AddedToken\", \"content\": \"<s>\"}, \"eos_token\": \"</s>\","
-                           " \"pad_token\": null, \"chat_template\": [{\"name\": \"default\", \"template\": \"D\"},"
-                           " {\"name\": \"tool_use\", \"template\": \"T\"}]}"));
+    ASSERT_TRUE(write_file(
+        dir, "tokenizer_config.json",
+        "{\"model_max_length\": 1000000000000000019884624838656,"
+        " \"bos_token\": {\"__type\": \"AddedToken\", \"content\": \"<s>\"}, \"eos_token\": "
+        "\"</s>\","
+        " \"pad_token\": null, \"chat_template\": [{\"name\": \"default\", \"template\": \"D\"},"
+        " {\"name\": \"tool_use\", \"template\": \"T\"}]}"));
     ASSERT_OK(tmpl_chat_load(dir, false, &f, &err));
     ASSERT_STR_EQ(f.template_text, "D");
     ASSERT_STR_EQ(json_string_value(json_object_get(f.special_tokens, "bos_token")), "<s>");
@@ -175,8 +183,10 @@ static void test_one_template_and_context_render_from_many_threads(void)
         jobs[i] = (render_job){.t = t, .ctx = ctx};
         ASSERT_TRUE(pthread_create(&th[i], NULL, render_many, &jobs[i]) == 0);
     }
-    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < 4; i++) ASSERT_TRUE(jobs[i].ok);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++)
+        ASSERT_TRUE(jobs[i].ok);
     tmpl_free(t);
     tmpl_value_free(ctx);
     json_decref(msgs);

@@ -8,58 +8,76 @@
 
 static void test_if_elif_else_picks_one_branch(void)
 {
-    ASSERT_RENDER("{% if 1 == 2 %}A{% elif 2 == 3 %}B{% elif x %}C{% else %}D{% endif %}", "{\"x\": 1}", "C");
+    ASSERT_RENDER("{% if 1 == 2 %}A{% elif 2 == 3 %}B{% elif x %}C{% else %}D{% endif %}",
+                  "{\"x\": 1}", "C");
     ASSERT_RENDER("{% if '' or [] or {} or 0 or none %}T{% else %}F{% endif %}", NULL, "F");
 }
 
 static void test_for_loop_exposes_loop_variables(void)
 {
-    ASSERT_RENDER("{% for x in 'abc' | list %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}"
-                  "{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }};{% endfor %}",
-                  NULL, "1032truefalse3;2121falsefalse3;3210falsetrue3;");
-    ASSERT_RENDER("{% for x in [1, 2, 3] %}{{ loop.previtem }}<{{ x }}>{{ loop.nextitem }}|{% endfor %}",
-                  NULL, "<1>2|1<2>3|2<3>|");
+    ASSERT_RENDER(
+        "{% for x in 'abc' | list %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}"
+        "{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }};{% endfor %}",
+        NULL, "1032truefalse3;2121falsefalse3;3210falsetrue3;");
+    ASSERT_RENDER(
+        "{% for x in [1, 2, 3] %}{{ loop.previtem }}<{{ x }}>{{ loop.nextitem }}|{% endfor %}",
+        NULL, "<1>2|1<2>3|2<3>|");
 }
 
 static void test_for_loop_filter_else_and_unpacking(void)
 {
-    ASSERT_RENDER("{% for x in [1, 2, 3, 4] if x is even %}{{ x }}{{ loop.length }}{% endfor %}", NULL, "2242");
+    ASSERT_RENDER("{% for x in [1, 2, 3, 4] if x is even %}{{ x }}{{ loop.length }}{% endfor %}",
+                  NULL, "2242");
     ASSERT_RENDER("{% for x in [] %}A{% else %}empty{% endfor %}", NULL, "empty");
-    ASSERT_RENDER("{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}", "{\"d\": {\"b\": 1, \"a\": 2}}", "b=1,a=2,");
+    ASSERT_RENDER("{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}",
+                  "{\"d\": {\"b\": 1, \"a\": 2}}", "b=1,a=2,");
     ASSERT_RENDER("{% for k in d %}{{ k }}{% endfor %}", "{\"d\": {\"b\": 1, \"a\": 2}}", "ba");
     ASSERT_RENDER("{% for x in missing %}A{% else %}none{% endfor %}", NULL, "none");
 }
 
 static void test_break_keeps_output_so_far_and_continue_skips(void)
 {
-    ASSERT_RENDER("{% for x in [1, 2, 3, 4] %}{{ x }}{% if x == 2 %}{% break %}{% endif %}{% endfor %}", NULL, "12");
-    ASSERT_RENDER("{% for x in [1, 2, 3] %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %}", NULL, "13");
-    ASSERT_RENDER("{% for i in range(5, 0, -2) %}{{ i }}{% endfor %}|{{ range(3) }}", NULL, "531|[0, 1, 2]");
+    ASSERT_RENDER(
+        "{% for x in [1, 2, 3, 4] %}{{ x }}{% if x == 2 %}{% break %}{% endif %}{% endfor %}", NULL,
+        "12");
+    ASSERT_RENDER(
+        "{% for x in [1, 2, 3] %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %}", NULL,
+        "13");
+    ASSERT_RENDER("{% for i in range(5, 0, -2) %}{{ i }}{% endfor %}|{{ range(3) }}", NULL,
+                  "531|[0, 1, 2]");
 }
 
 static void test_set_scoping_and_namespaces(void)
 {
     ASSERT_RENDER("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}", NULL, "1");
-    ASSERT_RENDER("{% set ns = namespace(x=1) %}{% for i in [1, 2] %}{% set ns.x = ns.x + i %}{% endfor %}{{ ns.x }}",
+    ASSERT_RENDER("{% set ns = namespace(x=1) %}{% for i in [1, 2] %}{% set ns.x = ns.x + i %}{% "
+                  "endfor %}{{ ns.x }}",
                   NULL, "4");
     ASSERT_RENDER("{% set a, b = 1, 2 %}{{ b }}{{ a }}", NULL, "21");
     ASSERT_RENDER("{% set t %}<{{ 1 + 1 }}>{% endset %}{{ t }}{{ t | length }}", NULL, "<2>3");
-    ASSERT_RENDER("{% set messages = messages[1:] %}{{ messages | length }}", "{\"messages\": [1, 2, 3]}", "2");
+    ASSERT_RENDER("{% set messages = messages[1:] %}{{ messages | length }}",
+                  "{\"messages\": [1, 2, 3]}", "2");
     ASSERT_RENDER_ERR("{% set d = {} %}{% set d.x = 1 %}", NULL, KILN_E_INVALID, "non-namespace");
 }
 
 static void test_macros_defaults_kwargs_and_caller(void)
 {
-    ASSERT_RENDER("{% macro f(a, b=2, c=a) %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ f(1) }}|{{ f(1, c=5) }}|{{ f(*[7, 8]) }}",
+    ASSERT_RENDER("{% macro f(a, b=2, c=a) %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ f(1) }}|{{ f(1, "
+                  "c=5) }}|{{ f(*[7, 8]) }}",
                   NULL, "121|125|787");
-    ASSERT_RENDER("{% macro f() %}{{ kwargs.x }}{{ varargs | length }}{% endmacro %}{{ f(1, 2, x=3) }}", NULL, "32");
-    ASSERT_RENDER("{% macro wrap(t) %}<{{ t }}:{{ caller() }}>{% endmacro %}{% call wrap('b') %}in{% endcall %}", NULL,
-                  "<b:in>");
+    ASSERT_RENDER(
+        "{% macro f() %}{{ kwargs.x }}{{ varargs | length }}{% endmacro %}{{ f(1, 2, x=3) }}", NULL,
+        "32");
+    ASSERT_RENDER("{% macro wrap(t) %}<{{ t }}:{{ caller() }}>{% endmacro %}{% call wrap('b') "
+                  "%}in{% endcall %}",
+                  NULL, "<b:in>");
     ASSERT_RENDER("{% macro each(xs) %}{% for x in xs %}{{ caller(x) }}{% endfor %}{% endmacro %}"
                   "{% call(v) each([1, 2]) %}[{{ v }}]{% endcall %}",
                   NULL, "[1][2]");
-    ASSERT_RENDER_ERR("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", NULL, KILN_E_INVALID, "takes not more than 1");
-    ASSERT_RENDER_ERR("{% macro f(a) %}{% endmacro %}{{ f(b=2) }}", NULL, KILN_E_INVALID, "no keyword argument 'b'");
+    ASSERT_RENDER_ERR("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", NULL, KILN_E_INVALID,
+                      "takes not more than 1");
+    ASSERT_RENDER_ERR("{% macro f(a) %}{% endmacro %}{{ f(b=2) }}", NULL, KILN_E_INVALID,
+                      "no keyword argument 'b'");
 }
 
 static void test_filter_blocks_apply_to_their_body(void)
@@ -70,9 +88,12 @@ static void test_filter_blocks_apply_to_their_body(void)
 
 static void test_arithmetic_follows_python(void)
 {
-    ASSERT_RENDER("{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -7.5 // 2 }}|{{ -7 % 3 }}|{{ 7 % -3 }}|{{ 7 / 2 }}|{{ 2 ** 10 }}|{{ 2 ** -1 }}",
+    ASSERT_RENDER("{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -7.5 // 2 }}|{{ -7 % 3 }}|{{ 7 % -3 }}|{{ 7 / 2 "
+                  "}}|{{ 2 ** 10 }}|{{ 2 ** -1 }}",
                   NULL, "3|-4|-4.0|2|-2|3.5|1024|0.5");
-    ASSERT_RENDER("{{ 1 + 2.0 }}|{{ 0.1 + 0.2 }}|{{ 1e3 if false else 1.0e0 if false else 3 * 1.5 }}", NULL, "3.0|0.30000000000000004|4.5");
+    ASSERT_RENDER(
+        "{{ 1 + 2.0 }}|{{ 0.1 + 0.2 }}|{{ 1e3 if false else 1.0e0 if false else 3 * 1.5 }}", NULL,
+        "3.0|0.30000000000000004|4.5");
     ASSERT_RENDER("{{ 9223372036854775807 + 1 }}", NULL, "9.223372036854776e+18");
     ASSERT_RENDER("{{ 'ab' * 3 }}|{{ [1] * 2 }}|{{ [1] + [2] }}", NULL, "ababab|[1, 1]|[1, 2]");
     ASSERT_RENDER_ERR("{{ 1 / 0 }}", NULL, KILN_E_INVALID, "division by zero");
@@ -81,46 +102,57 @@ static void test_arithmetic_follows_python(void)
 
 static void test_string_concatenation_and_comparison(void)
 {
-    ASSERT_RENDER("{{ 'a' + 1 }}|{{ 1 ~ 'b' ~ true ~ none ~ undefined_thing }}|{{ 'abc' < 'abd' }}", NULL,
-                  "a1|1btrue|true");
+    ASSERT_RENDER("{{ 'a' + 1 }}|{{ 1 ~ 'b' ~ true ~ none ~ undefined_thing }}|{{ 'abc' < 'abd' }}",
+                  NULL, "a1|1btrue|true");
     ASSERT_RENDER_ERR("{{ 'a' + none }}", NULL, KILN_E_INVALID, "unsupported operand");
     ASSERT_RENDER_ERR("{{ nope + 1 }}", NULL, KILN_E_INVALID, "undefined");
 }
 
 static void test_membership_and_equality(void)
 {
-    ASSERT_RENDER("{{ 1 in [true] }}|{{ true in [true] }}|{{ 1 == true }}|{{ 'b' in 'abc' }}|{{ 'k' in {'k': 1} }}|"
-                  "{{ 1 not in [1] }}|{{ x in y }}|{{ [1, [2]] == [1, [2]] }}|{{ none == undefined_x }}",
-                  NULL, "false|true|true|true|true|false|false|true|true");
+    ASSERT_RENDER(
+        "{{ 1 in [true] }}|{{ true in [true] }}|{{ 1 == true }}|{{ 'b' in 'abc' }}|{{ 'k' in {'k': "
+        "1} }}|"
+        "{{ 1 not in [1] }}|{{ x in y }}|{{ [1, [2]] == [1, [2]] }}|{{ none == undefined_x }}",
+        NULL, "false|true|true|true|true|false|false|true|true");
 }
 
 static void test_ternary_select_and_short_circuit(void)
 {
-    ASSERT_RENDER("{{ 'a' if x else 'b' }}|{{ 'c' if not x }}|{{ 0 or 'd' }}|{{ 1 and 2 }}", "{\"x\": false}", "b|c|d|2");
-    ASSERT_RENDER("{{ false and raise_exception('no') }}{{ true or raise_exception('no') }}", NULL, "falsetrue");
+    ASSERT_RENDER("{{ 'a' if x else 'b' }}|{{ 'c' if not x }}|{{ 0 or 'd' }}|{{ 1 and 2 }}",
+                  "{\"x\": false}", "b|c|d|2");
+    ASSERT_RENDER("{{ false and raise_exception('no') }}{{ true or raise_exception('no') }}", NULL,
+                  "falsetrue");
 }
 
 static void test_member_access_index_and_slices(void)
 {
-    const char *ctx = "{\"m\": [[\"a\", \"b\"], [\"c\"]], \"o\": {\"k\": {\"x\": 5}}, \"s\": \"h\xc3\xa9llo\"}";
-    ASSERT_RENDER("{{ m.0.1 }}{{ m[1][0] }}{{ m[-1] }}{{ o.k.x }}{{ o['k']['x'] }}{{ o.missing.deeper }}", ctx,
-                  "bc[\"c\"]55");
-    ASSERT_RENDER("{{ s[1] }}|{{ s[::-1] }}|{{ s[1:3] }}|{{ s[-2:] }}|{{ [1, 2, 3, 4][::2] }}|{{ [1, 2, 3][5:] }}", ctx,
-                  "\xc3\xa9|oll\xc3\xa9h|\xc3\xa9l|lo|[1, 3]|[]");
+    const char *ctx =
+        "{\"m\": [[\"a\", \"b\"], [\"c\"]], \"o\": {\"k\": {\"x\": 5}}, \"s\": \"h\xc3\xa9llo\"}";
+    ASSERT_RENDER(
+        "{{ m.0.1 }}{{ m[1][0] }}{{ m[-1] }}{{ o.k.x }}{{ o['k']['x'] }}{{ o.missing.deeper }}",
+        ctx, "bc[\"c\"]55");
+    ASSERT_RENDER("{{ s[1] }}|{{ s[::-1] }}|{{ s[1:3] }}|{{ s[-2:] }}|{{ [1, 2, 3, 4][::2] }}|{{ "
+                  "[1, 2, 3][5:] }}",
+                  ctx, "\xc3\xa9|oll\xc3\xa9h|\xc3\xa9l|lo|[1, 3]|[]");
     ASSERT_RENDER("{{ m.length }}{{ s.length }}", ctx, "25");
 }
 
 static void test_values_print_as_huggingface_jinja_prints_them(void)
 {
-    ASSERT_RENDER("{{ true }}|{{ none }}|{{ undefined_thing }}|{{ 1.0 }}|{{ 1e-7 * 1 }}|{{ [1, 'a', none, true] }}|"
+    ASSERT_RENDER("{{ true }}|{{ none }}|{{ undefined_thing }}|{{ 1.0 }}|{{ 1e-7 * 1 }}|{{ [1, "
+                  "'a', none, true] }}|"
                   "{{ {'a': [1.5]} }}|{{ -0.0 }}",
                   NULL, "true|||1.0|1e-07|[1, \"a\", null, true]|{\"a\": [1.5]}|-0.0");
-    ASSERT_RENDER("{{ 2.5e16 * 1 }}|{{ 123456789.125 }}|{{ 1 / 3 }}", NULL, "2.5e+16|123456789.125|0.3333333333333333");
+    ASSERT_RENDER("{{ 2.5e16 * 1 }}|{{ 123456789.125 }}|{{ 1 / 3 }}", NULL,
+                  "2.5e+16|123456789.125|0.3333333333333333");
 }
 
 static void test_raise_exception_surfaces_the_message_verbatim(void)
 {
-    char *got = tt_render("{% if true %}{{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}", NULL);
+    char *got = tt_render("{% if true %}{{ raise_exception('Conversation roles must alternate "
+                          "user/assistant') }}{% endif %}",
+                          NULL);
     ASSERT_STR_EQ(got, "ERR(invalid): Conversation roles must alternate user/assistant");
     free(got);
 }
@@ -128,16 +160,19 @@ static void test_raise_exception_surfaces_the_message_verbatim(void)
 static void test_runtime_errors_carry_line_and_column(void)
 {
     ASSERT_RENDER_ERR("a\nb {{ x | nosuchfilter }}", "{\"x\": 1}", KILN_E_INVALID, "template:2:");
-    ASSERT_RENDER_ERR("{{ x | nosuchfilter }}", "{\"x\": 1}", KILN_E_INVALID, "unknown filter 'nosuchfilter'");
+    ASSERT_RENDER_ERR("{{ x | nosuchfilter }}", "{\"x\": 1}", KILN_E_INVALID,
+                      "unknown filter 'nosuchfilter'");
     ASSERT_RENDER_ERR("{{ 1 is nosuchtest }}", NULL, KILN_E_INVALID, "unknown test 'nosuchtest'");
     ASSERT_RENDER_ERR("{{ x() }}", "{\"x\": 1}", KILN_E_INVALID, "not a function");
 }
 
 static void test_limits_fail_cleanly(void)
 {
-    ASSERT_RENDER_ERR("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, KILN_E_TOO_LARGE, "recursion");
-    ASSERT_RENDER_ERR("{% for i in range(2000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", NULL,
-                      KILN_E_TOO_LARGE, "loop iterations");
+    ASSERT_RENDER_ERR("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL,
+                      KILN_E_TOO_LARGE, "recursion");
+    ASSERT_RENDER_ERR(
+        "{% for i in range(2000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", NULL,
+        KILN_E_TOO_LARGE, "loop iterations");
     ASSERT_RENDER_ERR("{{ range(10000000000) }}", NULL, KILN_E_TOO_LARGE, "range()");
     tmpl_options o = tmpl_options_default();
     o.max_output = 1000;
@@ -157,7 +192,8 @@ static void test_reference_cycles_are_swept(void)
 {
     /* a namespace holding itself, and a caller stored in a namespace: freed at the end
      * (ASan/LSan builds check there is no leak) */
-    ASSERT_RENDER("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}", NULL, "true");
+    ASSERT_RENDER("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}", NULL,
+                  "true");
     ASSERT_RENDER("{% set ns = namespace() %}{% macro m() %}{% set ns.c = caller %}{% endmacro %}"
                   "{% call m() %}x{% endcall %}{{ ns.c() }}",
                   NULL, "x");
@@ -165,7 +201,8 @@ static void test_reference_cycles_are_swept(void)
 
 static void test_deeply_nested_garbage_is_freed_without_deep_recursion(void)
 {
-    ASSERT_RENDER("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+    ASSERT_RENDER("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] "
+                  "%}{% endfor %}"
                   "{{ ns.x | length }}{% set ns.x = none %}ok",
                   NULL, "1ok");
 }
@@ -174,7 +211,8 @@ static void test_strftime_now_uses_the_injected_clock(void)
 {
     tmpl_options o = tmpl_options_default();
     o.fixed_now = 1752148800; /* 2025-07-10T12:00:00Z */
-    char *got = tt_render_opt("{{ strftime_now('%d %b %Y|%B %-d|%H:%M:%S|%A %j %p %y') }}", NULL, &o);
+    char *got =
+        tt_render_opt("{{ strftime_now('%d %b %Y|%B %-d|%H:%M:%S|%A %j %p %y') }}", NULL, &o);
     ASSERT_STR_EQ(got, "10 Jul 2025|July 10|12:00:00|Thursday 191 PM 25");
     free(got);
     got = tt_render("{{ strftime_now('%Y') | length }}", NULL);

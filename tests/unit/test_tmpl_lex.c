@@ -47,7 +47,9 @@ static void test_options_can_turn_trimming_off(void)
 static void test_string_escapes_decode(void)
 {
     ASSERT_RENDER("{{ '\\n\\t\\'\\\"\\\\' }}", NULL, "\n\t'\"\\");
-    ASSERT_RENDER("{{ '\\u00e9\\x41' }}", NULL, "\xc3\xa9" "A");
+    ASSERT_RENDER("{{ '\\u00e9\\x41' }}", NULL,
+                  "\xc3\xa9"
+                  "A");
     ASSERT_RENDER("{{ '\\ud83e\\udd17' }}", NULL, "\xf0\x9f\xa4\x97");
     ASSERT_RENDER("{{ 'a' 'b' \"c\" }}", NULL, "abc");
     ASSERT_RENDER("|{{ '{{ \"hi\" }}' }}|", NULL, "|{{ \"hi\" }}|");
@@ -70,7 +72,8 @@ static void test_syntax_errors_carry_line_and_column(void)
     ASSERT_RENDER_ERR("{% if x %}never closed", NULL, KILN_E_INVALID, "never closed");
     ASSERT_RENDER_ERR("{{ 'a' \\q }}", NULL, KILN_E_INVALID, "unexpected character");
     ASSERT_RENDER_ERR("{{ '\\q' }}", NULL, KILN_E_INVALID, "escaped character");
-    ASSERT_RENDER_ERR("ab\n{# open comment", NULL, KILN_E_INVALID, "template:2:1: missing end of comment");
+    ASSERT_RENDER_ERR("ab\n{# open comment", NULL, KILN_E_INVALID,
+                      "template:2:1: missing end of comment");
     ASSERT_RENDER_ERR("{% endfor %}", NULL, KILN_E_INVALID, "unknown statement 'endfor'");
     ASSERT_RENDER_ERR("{{ 1 + }}", NULL, KILN_E_INVALID, "template:1:8:");
     ASSERT_RENDER_ERR("{% for %}{% endfor %}", NULL, KILN_E_INVALID, "template:1:");
@@ -81,9 +84,11 @@ static void test_deep_nesting_is_refused_not_crashed(void)
     char src[4000];
     size_t n = 0;
     n += (size_t)sprintf(src + n, "{{ ");
-    for (int i = 0; i < 1000; i++) src[n++] = '(';
+    for (int i = 0; i < 1000; i++)
+        src[n++] = '(';
     src[n++] = '1';
-    for (int i = 0; i < 1000; i++) src[n++] = ')';
+    for (int i = 0; i < 1000; i++)
+        src[n++] = ')';
     sprintf(src + n, " }}");
     ASSERT_RENDER_ERR(src, NULL, KILN_E_INVALID, "nested more than");
 }
