@@ -35,8 +35,10 @@ static inline kiln_code tm_logits(eng_runtime *rt, const int32_t *ids, int32_t n
     if (rc) return rc;
     int64_t vocab = mdl_vocab(rt->model);
     while (!rc && eng_seq_pending(s) > 0) {
-        eng_step_item it = {.seq = s, .max_tokens = chunk > 0 ? chunk : n, .all_logits = 1};
-        rc = eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns ^ 0x5eed, rt->logits, err);
+        int32_t cap = rt->logit_rows;
+        eng_step_item it = {.seq = s, .max_tokens = chunk > 0 && chunk < cap ? chunk : cap,
+                            .all_logits = 1};
+        rc = eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns ^ 0x5eed, rt->logits, rt->logit_rows, err);
         if (!rc) {
             memcpy(rows, rt->logits, sizeof(float) * (size_t)vocab * (size_t)it.n_logits);
             rows += (size_t)vocab * (size_t)it.n_logits;

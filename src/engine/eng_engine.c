@@ -604,7 +604,8 @@ static void engine_step(eng_engine *e)
     if (n == 0) return;
     kiln_err err;
     double t0 = plat_now();
-    kiln_code rc = eng_step_run(e->rt->cx, e->rt->kv, e->items, n, e->rt->ns, e->rt->logits, &err);
+    kiln_code rc = eng_step_run(e->rt->cx, e->rt->kv, e->items, n, e->rt->ns, e->rt->logits,
+                                 e->rt->logit_rows, &err);
     int64_t vocab = mdl_vocab(e->rt->model);
     int32_t row = 0, toks = 0;
     for (int32_t k = 0; k < n; k++) {

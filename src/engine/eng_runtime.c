@@ -64,7 +64,12 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
                              rt->o.ctx, &rt->cx, err)))
         goto fail;
     int64_t vocab = mdl_vocab(rt->model);
-    rt->logits = malloc(sizeof(float) * (size_t)vocab * (size_t)rt->o.max_step_tokens);
+    /* decode needs one row per sequence; all-position prefill (logits --all,
+     * verification) runs in chunks of at most logit_rows tokens */
+    rt->logit_rows = rt->o.max_seqs > 64 ? rt->o.max_seqs : 64;
+    if (rt->logit_rows > rt->o.max_step_tokens) rt->logit_rows = rt->o.max_step_tokens;
+    if (rt->logit_rows < rt->o.max_seqs) rt->logit_rows = rt->o.max_seqs;
+    rt->logits = malloc(sizeof(float) * (size_t)vocab * (size_t)rt->logit_rows);
     rt->sample_scratch = malloc(eng_sample_scratch_bytes(vocab));
     if (!rt->logits || !rt->sample_scratch) {
         rc = kiln_fail(err, KILN_E_NOMEM, "runtime: cannot allocate logits");
@@ -87,9 +92,10 @@ kiln_code eng_prefill(eng_runtime *rt, eng_seq *s, int all_logits, float *out_ro
 {
     int64_t vocab = mdl_vocab(rt->model);
     while (eng_seq_pending(s) > 0) {
-        eng_step_item it = {.seq = s, .max_tokens = rt->o.max_step_tokens,
+        eng_step_item it = {.seq = s,
+                            .max_tokens = all_logits ? rt->logit_rows : rt->o.max_step_tokens,
                             .all_logits = all_logits};
-        kiln_code rc = eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns, rt->logits, err);
+        kiln_code rc = eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns, rt->logits, rt->logit_rows, err);
         if (rc) return rc;
         if (all_logits) {
             memcpy(out_rows, rt->logits, sizeof(float) * (size_t)vocab * (size_t)it.n_logits);
@@ -141,7 +147,7 @@ kiln_code eng_generate(eng_runtime *rt, const int32_t *prompt, int32_t n_prompt,
         if (stop || res->n_generated >= max_tokens) break;
         if ((rc = eng_seq_append(s, tok, err))) break;
         eng_step_item it = {.seq = s, .max_tokens = 1};
-        rc = eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns, rt->logits, err);
+        rc = eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns, rt->logits, rt->logit_rows, err);
     }
     res->decode_s = plat_now() - t0;
     eng_seq_free(s, rt->kv);

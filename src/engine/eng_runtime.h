@@ -37,7 +37,8 @@ typedef struct {
     uint64_t ns;      /* prefix-cache namespace: model fingerprint + KV format */
     eng_runtime_opts o;
     double load_s;
-    float *logits;    /* OWNED [max_step_tokens, vocab] step output */
+    float *logits;    /* OWNED [logit_rows, vocab] step output */
+    int32_t logit_rows; /* max(max_seqs, 64): rows one step may ask logits for */
     void *sample_scratch; /* OWNED eng_sample_scratch_bytes(vocab) */
 } eng_runtime;
 

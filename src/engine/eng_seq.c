@@ -141,7 +141,7 @@ static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
 }
 
 kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n_items,
-                       uint64_t ns, float *logits, kiln_err *err)
+                       uint64_t ns, float *logits, int32_t logit_rows, kiln_err *err)
 {
     enum { MAX_ITEMS = 256 };
     mdl_seq seqs[MAX_ITEMS];
@@ -167,6 +167,11 @@ kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n
             .rope_len = s->n_tokens, /* every known token: chunking never changes RoPE */
         };
     }
+    int32_t rows = 0;
+    for (int32_t i = 0; i < n_items; i++) rows += items[i].n_logits;
+    if (rows > logit_rows)
+        return kiln_fail(err, KILN_E_INVALID, "step: %d logit rows for a %d-row buffer", (int)rows,
+                         (int)logit_rows);
     kiln_code rc = mdl_forward(cx, kv, seqs, n_items, logits, err);
     if (rc) return rc;
     for (int32_t i = 0; i < n_items; i++) {

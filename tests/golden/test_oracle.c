@@ -72,7 +72,7 @@ static void check_model(const char *name, const char *isa)
     int mismatch = -1;
     for (int32_t i = 0; i < ng; i++) {
         eng_step_item it = {.seq = s, .max_tokens = 64};
-        if (eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns ^ 0x9, rt->logits, &err)) break;
+        if (eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns ^ 0x9, rt->logits, rt->logit_rows, &err)) break;
         int32_t t = tm_argmax(rt->logits, vocab);
         if (t != want[i]) {
             double mg = json_real_value(json_array_get(margins, (size_t)i));
@@ -134,7 +134,7 @@ static void test_batched_sequences_match_alone(void)
         int n = 0;
         if (eng_seq_pending(sa) > 0) it[n++] = (eng_step_item){.seq = sa, .max_tokens = 7, .all_logits = 1};
         if (eng_seq_pending(sb) > 0) it[n++] = (eng_step_item){.seq = sb, .max_tokens = 1, .all_logits = 1};
-        if (eng_step_run(rt->cx, rt->kv, it, n, rt->ns ^ 0x77, rt->logits, &err)) break;
+        if (eng_step_run(rt->cx, rt->kv, it, n, rt->ns ^ 0x77, rt->logits, rt->logit_rows, &err)) break;
         const float *row = rt->logits;
         for (int i = 0; i < n; i++) {
             float *dst = it[i].seq == sa ? got_a + (size_t)ra * vocab : got_b + (size_t)rb * vocab;

@@ -17,7 +17,7 @@ static int32_t greedy(eng_runtime *rt, const int32_t *prompt, int32_t n, const i
     int32_t i = 0;
     for (; i < n_want; i++) {
         eng_step_item it = {.seq = s, .max_tokens = 64};
-        if (eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns, rt->logits, err)) break;
+        if (eng_step_run(rt->cx, rt->kv, &it, 1, rt->ns, rt->logits, rt->logit_rows, err)) break;
         if (i == 0 && first_logits) memcpy(first_logits, rt->logits, sizeof(float) * (size_t)vocab);
         int32_t t = tm_argmax(rt->logits, vocab);
         if (t != want[i]) break;
