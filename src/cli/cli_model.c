@@ -289,8 +289,8 @@ int cli_info(int argc, char **argv)
     if (mdl_load(model, &m, &err)) return cli_fail("info", &err);
     const wt_config *c = mdl_config(m);
     mdl_info in = mdl_get_info(m);
-    printf("architecture:   %s (%s)\n", c->architecture, wt_arch_name(c->arch));
-    printf("parameters:     %" PRIu64 " (%.3f B)\n", in.n_params, (double)in.n_params / 1e9);
+    printf("architecture:   %s (model_type %s)\n", c->architecture, c->model_type);
+    printf("parameters:     %" PRIu64 " (%.2f M)\n", in.n_params, (double)in.n_params / 1e6);
     printf("weights:        %s, %" PRIu64 " bytes (%.1f MiB)\n", in.quant_desc, in.weights_bytes,
            (double)in.weights_bytes / 1048576.0);
     printf("layers:         %" PRId64 ", hidden %" PRId64 ", ffn %" PRId64 "\n", c->n_layers,
@@ -302,6 +302,9 @@ int cli_info(int argc, char **argv)
     printf("context:        %" PRId64 " (max_position_embeddings), rope_theta %g\n", c->max_pos,
            c->rope_theta);
     printf("kv per token:   %" PRIu64 " bytes (f32, all layers)\n", in.kv_bytes_per_token);
+    char groups[2048];
+    mdl_describe_groups(m, groups, sizeof groups);
+    printf("tensor groups:\n%s", groups);
     mdl_free(m);
     return 0;
 }

@@ -184,6 +184,56 @@ static void add_mat_info(mdl_info *in, const kn_mat *w)
     in->n_params += (uint64_t)(w->rows * w->cols);
 }
 
+static void mat_desc(const kn_mat *w, char *buf, size_t n)
+{
+    static const char *const fn[] = {"f32", "f16", "bf16", "affine"};
+    if (w->fmt == KN_QAFFINE)
+        snprintf(buf, n, "MLX affine %d-bit g%d (%s scales)", w->bits, w->group, fn[w->sfmt]);
+    else snprintf(buf, n, "%s", fn[w->fmt]);
+}
+
+static const kn_mat *layer_mat(const mdl_layer *ly, int g)
+{
+    const kn_mat *ms[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+    return ms[g];
+}
+
+size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
+{
+    static const char *const names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                        "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                        "mlp.down_proj"};
+    size_t o = 0;
+    char d[96], d2[96];
+#define EMIT(...)                                                                                  \
+    do {                                                                                           \
+        if (o < n) o += (size_t)snprintf(buf + o, n - o, __VA_ARGS__);                             \
+    } while (0)
+    mat_desc(&m->embed, d, sizeof d);
+    EMIT("  %-18s %s\n", "embed_tokens", d);
+    for (int g = 0; g < 7; g++) {
+        const kn_mat *first = layer_mat(&m->layers[0], g);
+        mat_desc(first, d, sizeof d);
+        int64_t differ = 0;
+        for (int64_t L = 1; L < m->cfg.n_layers; L++) {
+            mat_desc(layer_mat(&m->layers[L], g), d2, sizeof d2);
+            differ += strcmp(d, d2) != 0;
+        }
+        if (differ) EMIT("  %-18s %s in layer 0; %lld of %lld layers differ\n", names[g], d,
+                         (long long)differ, (long long)m->cfg.n_layers);
+        else EMIT("  %-18s %s\n", names[g], d);
+    }
+    if (m->cfg.tie_word_embeddings) EMIT("  %-18s tied to embed_tokens\n", "lm_head");
+    else {
+        mat_desc(&m->lm_head, d, sizeof d);
+        EMIT("  %-18s %s\n", "lm_head", d);
+    }
+    EMIT("  %-18s f32 (converted at load)\n", "norms, biases");
+#undef EMIT
+    if (o >= n && n > 0) o = n - 1;
+    return o;
+}
+
 static void describe(mdl_model *m)
 {
     const wt_config *c = &m->cfg;

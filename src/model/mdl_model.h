@@ -53,6 +53,9 @@ void mdl_free(mdl_model *m); /* NULL is a no-op */
 const wt_config *mdl_config(const mdl_model *m);
 int64_t mdl_vocab(const mdl_model *m);
 mdl_info mdl_get_info(const mdl_model *m);
+/* One line per tensor group ("  mlp.down_proj     bf16" or "affine 3-bit g32 (f16 scales),
+ * 6-bit in 2 of 5 layers") into buf; returns the length written (truncated to n-1). */
+size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n);
 /* The kv pool shape this model needs (n_blocks left for the caller). */
 kv_pool_config mdl_kv_shape(const mdl_model *m, int32_t n_blocks, int32_t block_tokens);
 /* A 64-bit identity of the model (config + tensor headers) for cache namespaces. */
