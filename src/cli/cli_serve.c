@@ -12,6 +12,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_hf.h"
 #include "engine/eng_engine.h"
+#include "kv/kv_pool.h"
 #include "kernels/kn_cpu.h"
 #include "server/srv.h"
 #include "tokenizer/tok.h"
@@ -29,7 +30,7 @@
 typedef struct {
     const char *model, *host, *thinking, *api_key;
     int64_t port, batch, ctx, max_tokens, top_k, max_queue, threads, max_body;
-    double temperature, top_p, min_p, prompt_cache;
+    double temperature, top_p, min_p, prompt_cache, timeout;
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -73,6 +74,7 @@ static int check_flags(const serve_flags *f, int *thinking)
                       : f->threads < 0 ? "--threads must be >= 0"
                       : f->max_body < 1 ? "--max-body must be >= 1"
                       : f->prompt_cache < 0 ? "--prompt-cache must be >= 0"
+                      : f->timeout < 0 ? "--timeout must be >= 0"
                                             : NULL;
     if (bad) {
         fprintf(stderr, "kiln serve: %s\n", bad);
@@ -156,6 +158,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     sc.max_queue = (int32_t)f->max_queue;
     sc.thinking = thinking;
     sc.defaults = pick_defaults(f, flags, &cfg);
+    sc.timeout_s = f->timeout;
     serve_state st = {0};
     /* Bind first: a taken port fails in milliseconds, not after the load. */
     if (srv_start(&sc, &st.srv, &err)) {
@@ -180,6 +183,13 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     }
     eng_engine_opts eo = eng_engine_opts_default();
     eo.max_queue = (int32_t)f->max_queue;
+    const cli_flag *pc = cli_find(flags, "prompt-cache");
+    if (pc && pc->seen && f->prompt_cache == 0) eo.prefix_cache = false; /* --prompt-cache 0: off */
+    if (f->prompt_cache > 0) {
+        /* the byte cap on cached (unreferenced) prefix blocks */
+        double cap = f->prompt_cache * 1073741824.0 / (double)kv_pool_block_bytes(kv_pool_cfg(st.rt->kv));
+        kv_pool_set_cache_cap(st.rt->kv, cap > 1e9 ? 1000000000 : (int32_t)cap);
+    }
     if (eng_engine_start(st.rt, st.tok, &eo, &st.eng, &err)) {
         serve_close(&st);
         return cli_fail("serve", &err);
@@ -222,11 +232,13 @@ int cli_serve(int argc, char **argv)
         {"top-k", CLI_INT, &f.top_k, "K", "default top_k (else generation_config, else off)", 0},
         {"min-p", CLI_FLOAT, &f.min_p, "M", "default min_p (else generation_config, else off)", 0},
         {"thinking", CLI_STR, &f.thinking, "true|false", "default enable_thinking for chat templates", 0},
-        {"prompt-cache", CLI_FLOAT, &f.prompt_cache, "GIB", "extra KV memory kept for the prefix cache", 0},
+        {"prompt-cache", CLI_FLOAT, &f.prompt_cache, "GIB",
+         "KV memory for cached prefixes (added to the pool, and their cap); 0 turns the prefix cache off", 0},
         {"api-key", CLI_STR, &f.api_key, "KEY", "require this key (Authorization: Bearer or x-api-key)", 0},
         {"max-queue", CLI_INT, &f.max_queue, "N", "requests that may wait before 429 (default 64)", 0},
         {"threads", CLI_INT, &f.threads, "N", "compute threads (default: all CPUs)", 0},
         {"max-body", CLI_INT, &f.max_body, "BYTES", "largest request body (default 4 MiB; else 413)", 0},
+        {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)", 0},
         {0},
     };
     int pr = cli_parse("serve", "Serve a model over an OpenAI-compatible HTTP API.", flags, argc, argv);

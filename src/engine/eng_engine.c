@@ -63,6 +63,7 @@ struct eng_engine {
     eng_runtime *rt;           /* BORROWED */
     const tok_tokenizer *tok;  /* BORROWED */
     eng_engine_opts o;
+    uint64_t ns;               /* prefix-cache namespace; 0 = cache off */
     pthread_t thread;
     int thread_started;
     pthread_mutex_t mu;
@@ -91,7 +92,8 @@ eng_params eng_params_default(void)
 
 eng_engine_opts eng_engine_opts_default(void)
 {
-    eng_engine_opts o = {.max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256};
+    eng_engine_opts o = {
+        .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .prefix_cache = true};
     return o;
 }
 
@@ -318,10 +320,12 @@ static char *hold_take(eng_handle *h, size_t n)
 {
     char *t = malloc(n + 1);
     if (!t) return NULL;
-    memcpy(t, h->hold, n);
+    if (n) {
+        memcpy(t, h->hold, n);
+        memmove(h->hold, h->hold + n, h->hold_len - n);
+        h->hold_len -= n;
+    }
     t[n] = '\0';
-    memmove(h->hold, h->hold + n, h->hold_len - n);
-    h->hold_len -= n;
     return t;
 }
 
@@ -520,8 +524,14 @@ static void engine_admit(eng_engine *e)
                 continue;
             }
             eng_rng_seed(&h->rng, h->p.sp.seed);
+            /* prime the detokenizer with the last prompt token so the first
+             * generated piece gets the spacing it has after the prompt
+             * (SentencePiece strips the leading space of a text's first token) */
+            const char *t;
+            size_t n;
+            tok_stream_push(h->ts, h->prompt[h->p.n_prompt - 1], &t, &n, NULL);
         }
-        int32_t hit = eng_seq_attach_prefix(h->seq, e->rt->kv, e->rt->ns);
+        int32_t hit = eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);
         if (!h->admitted_once) h->cached_tokens = hit < h->p.n_prompt ? hit : h->p.n_prompt;
         h->admitted_once = 1;
         e->running[e->n_running++] = h;
@@ -604,7 +614,7 @@ static void engine_step(eng_engine *e)
     if (n == 0) return;
     kiln_err err;
     double t0 = plat_now();
-    kiln_code rc = eng_step_run(e->rt->cx, e->rt->kv, e->items, n, e->rt->ns, e->rt->logits,
+    kiln_code rc = eng_step_run(e->rt->cx, e->rt->kv, e->items, n, e->ns, e->rt->logits,
                                  e->rt->logit_rows, &err);
     int64_t vocab = mdl_vocab(e->rt->model);
     int32_t row = 0, toks = 0;
@@ -690,6 +700,7 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     e->rt = rt;
     e->tok = tok;
     e->o = *o;
+    e->ns = o->prefix_cache ? rt->ns : 0;
     if (e->o.max_step_tokens <= 0 || e->o.max_step_tokens > rt->o.max_step_tokens)
         e->o.max_step_tokens = rt->o.max_step_tokens;
     if (e->o.max_step_tokens < rt->o.max_seqs) e->o.max_step_tokens = rt->o.max_seqs;

@@ -76,6 +76,7 @@ typedef struct {
     int32_t max_queue;        /* waiting requests before eng_submit says KILN_E_BUSY */
     int32_t max_step_tokens;  /* token budget per step (decode + prefill chunks) */
     int32_t prefill_chunk;    /* max prefill tokens of one sequence per step */
+    bool prefix_cache;        /* share KV blocks of common prefixes (default true) */
 } eng_engine_opts;
 
 typedef struct {

@@ -66,7 +66,7 @@ static kiln_code grow_blocks(eng_seq *s, int32_t need, kiln_err *err)
 
 int32_t eng_seq_attach_prefix(eng_seq *s, kv_pool *kv, uint64_t ns)
 {
-    if (s->n_cached != 0 || s->n_blocks != 0) return 0;
+    if (ns == 0 || s->n_cached != 0 || s->n_blocks != 0) return 0; /* 0: cache off */
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
     int32_t max_full = (s->n_tokens - 1) / bt; /* keep >= 1 token pending */
     if (grow_blocks(s, max_full, NULL) != KILN_OK) return 0;
@@ -129,6 +129,7 @@ void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
 /* Publishes the sequence's newly full blocks under its hash chain. */
 static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
 {
+    if (ns == 0) return; /* prefix cache off */
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
     while (s->n_published < s->n_cached / bt) {
         int32_t i = s->n_published;

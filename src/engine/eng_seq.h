@@ -69,7 +69,8 @@ void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n);
 
 /* One batched step: runs up to max_tokens pending tokens of every item through
  * mdl_forward, marks them cached, publishes full blocks. logits receives the
- * rows in item order: [Σ n_logits, vocab], at most logit_rows rows
+ * rows in item order: [Σ n_logits, vocab], at most logit_rows rows. ns 0 turns
+ * the prefix cache off (nothing is published; attach_prefix finds nothing)
  * (KILN_E_INVALID when the items would need more). */
 kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n_items,
                        uint64_t ns, float *logits, int32_t logit_rows, kiln_err *err);

@@ -71,6 +71,23 @@ void kn_avx2_install_ops(kn_ops *t);
 void kn_avx2_install_attn(kn_ops *t);
 #endif
 
+/* Quantized activations (every variant, same integers): for KN_QAFFINE 4- and
+ * 8-bit matrices whose cols are a multiple of KN_QX_BLOCK (and at most
+ * KN_QX_MAX_COLS), each token's x is quantized per 64-column block b to int16:
+ *   amax_b = max_i |x_i|, d_b = amax_b / 32767, inv_b = 32767 / amax_b (both 0
+ *   when amax_b is 0), q_i = round-to-nearest-even(x_i · inv_b)   (f32 ops)
+ * and y[t][r] = Σ_b Σ_{g part of b} (s_g·d_b) · Σ_i code_i·q_i  (exact int32)
+ *             + Σ_g bias_g · Σ_{i in g} x_i                       (exact x sums)
+ * The quantization of row t depends only on row t: batch invariant. Relative
+ * error per element ≤ 2^-16 of the block's largest |x|. */
+#define KN_QX_BLOCK 64
+#define KN_QX_MAX_COLS 32768
+static inline int kn_qx_ok(const kn_mat *W)
+{
+    return W->fmt == KN_QAFFINE && (W->bits == 4 || W->bits == 8) && W->cols % KN_QX_BLOCK == 0 &&
+           W->cols <= KN_QX_MAX_COLS;
+}
+
 /* ref helpers other variants reuse */
 /* Scale or bias number i of a row block stored in fmt (f32/f16/bf16) as f32. */
 float kn_ref_sf(const void *p, kn_fmt fmt, int64_t i);

@@ -7,6 +7,7 @@
  *   ACTIVE -> FREE     kv_pool_release()    refcnt hit 0, block never published
  *   CACHED -> ACTIVE   kv_pool_lookup()     prefix hit
  *   CACHED -> ACTIVE   kv_pool_alloc()      evicted (loses its hash) and reused
+ *   CACHED -> FREE     kv_pool_release()    over the cache cap (kv_pool_set_cache_cap)
  * Invariants, checked by kv_pool_check():
  *   (1) refcnt > 0  <=>  state == ACTIVE
  *   (2) every CACHED block is on the LRU list exactly once; no other block is
@@ -43,6 +44,7 @@ struct kv_pool {
     kv_block_id free_head;
     kv_block_id lru_head, lru_tail; /* head = least recently used */
     int32_t n_free, n_active, n_cached;
+    int32_t cache_cap; /* max CACHED blocks (kv_pool_set_cache_cap) */
     /* open-addressing hash index: hash -> block (-1 empty, -2 tombstone) */
     kv_block_id *index; /* OWNED [index_cap] */
     uint64_t *index_keys;
@@ -113,6 +115,21 @@ static void lru_push_tail(kv_pool *p, kv_block_id b)
     p->lru_tail = b;
 }
 
+/* CACHED -> FREE for the least recently used block (the cache cap). */
+static void evict_to_free(kv_pool *p)
+{
+    kv_block_id b = p->lru_head;
+    lru_unlink(p, b);
+    index_remove(p, p->meta[b].hash, b);
+    p->meta[b].has_hash = 0;
+    p->meta[b].state = KV_BLOCK_FREE;
+    p->meta[b].free_next = p->free_head;
+    p->free_head = b;
+    p->n_cached--;
+    p->n_free++;
+    p->evictions++;
+}
+
 /* ---------------------------------------------------------------- API */
 
 size_t kv_pool_block_bytes(const kv_pool_config *c)
@@ -156,6 +173,7 @@ kiln_code kv_pool_create(const kv_pool_config *cfg, kv_pool **out, kiln_err *err
     p->free_head = 0;
     p->n_free = cfg->n_blocks;
     p->lru_head = p->lru_tail = -1;
+    p->cache_cap = cfg->n_blocks;
     *out = p;
     return KILN_OK;
 nomem:
@@ -225,6 +243,7 @@ void kv_pool_release(kv_pool *p, kv_block_id b)
         m->state = KV_BLOCK_CACHED;
         lru_push_tail(p, b);
         p->n_cached++;
+        while (p->n_cached > p->cache_cap) evict_to_free(p);
     } else {
         m->state = KV_BLOCK_FREE;
         m->free_next = p->free_head;
@@ -297,6 +316,12 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *p)
         .bytes = p->block_bytes * (size_t)p->cfg.n_blocks,
     };
     return s;
+}
+
+void kv_pool_set_cache_cap(kv_pool *p, int32_t max_cached)
+{
+    p->cache_cap = max_cached < 0 ? 0 : max_cached;
+    while (p->n_cached > p->cache_cap) evict_to_free(p);
 }
 
 int32_t kv_pool_available(const kv_pool *p)

@@ -62,6 +62,9 @@ kv_block_id kv_pool_lookup(kv_pool *pool, uint64_t hash);
 float *kv_pool_k(kv_pool *pool, kv_block_id b, int32_t layer); /* [block_tokens, H, D] */
 float *kv_pool_v(kv_pool *pool, kv_block_id b, int32_t layer);
 kv_pool_stats kv_pool_get_stats(const kv_pool *pool);
+/* At most max_cached blocks stay CACHED (unreferenced but published); past it the
+ * least recently used go FREE at once (the --prompt-cache byte cap). */
+void kv_pool_set_cache_cap(kv_pool *pool, int32_t max_cached);
 int32_t kv_pool_available(const kv_pool *pool); /* FREE + CACHED */
 /* Checks invariants (1)..(4) of kv_pool.c; returns 0 when they hold. Tests. */
 int kv_pool_check(const kv_pool *pool);

@@ -47,6 +47,7 @@ typedef struct {
     int thinking;            /* enable_thinking default: -1 template's, 0 off, 1 on */
     srv_sampling_defaults defaults;
     unsigned max_connections;
+    double timeout_s;        /* per-request wall-clock limit; 0 = none (then cancelled) */
 } srv_config;
 
 /* What srv_attach makes available. */

@@ -11,8 +11,9 @@
  * Invariants:
  *   (1) every handle is released exactly once, in srv_gen_free (which cancels
  *       it first if it still runs): a client that vanishes frees its KV blocks
- *   (2) a gen is on s->active from srv_gen_start until srv_gen_free, so
- *       shutdown can cancel it
+ *   (2) a gen is on s->active from the moment all its requests are submitted
+ *       until the start of srv_gen_free, so shutdown (srv_gen_cancel_all) can
+ *       cancel it and never sees a released handle
  * Threads: a gen belongs to its connection's thread; s->mu guards s->active.
  */
 #include "server/srv_int.h"
@@ -51,6 +52,7 @@ struct srv_gen {
     int n_done;
     bool started, finished, think;
     bool registered;        /* on s->active */
+    bool timed_out;         /* cfg.timeout_s passed: every choice was cancelled */
     double t_start, t_first, t_last;
     int64_t n_tokens;       /* tokens seen over all choices */
     srv_gen *prev, *next;   /* s->active, under s->mu */
@@ -387,11 +389,23 @@ static int choice_event(srv_gen *g, int idx, const eng_event *ev, srv_buf *out)
     return rc ? -1 : 0;
 }
 
+/* Past the server's per-request limit: cancel once; DONE events follow. */
+static void check_deadline(srv_gen *g)
+{
+    double lim = g->s->cfg.timeout_s;
+    if (g->timed_out || lim <= 0 || plat_now() - g->t_start < lim) return;
+    g->timed_out = true;
+    KLOG_WARN("srv", "req=%s timeout_s=%g: cancelled", g->meta.id, lim);
+    for (int i = 0; i < g->r.n; i++)
+        if (!g->c[i].done) eng_handle_cancel(g->c[i].h);
+}
+
 /* Reads every ready event; when none is ready waits up to timeout_ms on one
  * handle. Returns the number of events handled. */
 static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
 {
     int got = 0;
+    check_deadline(g);
     for (int i = 0; i < g->r.n; i++) {
         eng_event ev;
         while (!g->c[i].done && eng_handle_next(g->c[i].h, &ev, 0) == 0) {

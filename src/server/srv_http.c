@@ -23,6 +23,7 @@
 #include "util/plat.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -346,6 +347,18 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's own messages (clients that hang up mid-request, ...) are
+ * DEBUG lines: a misbehaving client must not fill the log. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    if (kiln_log_level() < KLOG_DEBUG) return;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    KLOG_DEBUG("http", "mhd=\"%s\"", line);
+}
+
 /* ---------------------------------------------------------------- listening */
 
 static kiln_code listen_on(const char *host, int port, int *fd_out, int *port_out, kiln_err *err)
@@ -446,7 +459,8 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
                               0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                               MHD_OPTION_CONNECTION_LIMIT, c->max_connections ? c->max_connections : 512u,
-                              MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+                              MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_EXTERNAL_LOGGER,
+                              mhd_log, s, MHD_OPTION_END);
     if (!s->mhd) {
         srv_stop(s);
         return kiln_fail(err, KILN_E_IO, "cannot start the HTTP server on %s:%d", c->host, c->port);

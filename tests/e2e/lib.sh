@@ -45,7 +45,7 @@ e2e_chat_model() {
   if [ ! -f "$out/model.safetensors" ]; then
     mkdir -p "$KILN_BINARY_DIR/test-models"
     "$KILN_SOURCE_DIR/tools/make-test-model" --arch qwen3 --dtype f32 --shape tiny --out "$out.tmp$$" >/dev/null &&
-      { rm -rf "$out"; mv "$out.tmp$$" "$out"; }
+      { mv -T "$out.tmp$$" "$out" 2>/dev/null || rm -rf "$out.tmp$$"; }
   fi
   [ -f "$out/model.safetensors" ] || e2e_skip "cannot make the test model (python3-numpy missing?)"
   echo "$out"

@@ -3,7 +3,7 @@
 import OpenAI from "openai";
 import { test, done, assert, arg, sse, post, get } from "./harness.mjs";
 
-const TEXT = arg("--text"), CHAT = arg("--chat");
+const TEXT = arg("--text"), CHAT = arg("--chat"), THINK = arg("--think");
 const textClient = new OpenAI({ apiKey: "none", baseURL: `${TEXT}/v1`, maxRetries: 0, timeout: 60000 });
 const chatClient = new OpenAI({ apiKey: "none", baseURL: `${CHAT}/v1`, maxRetries: 0, timeout: 60000 });
 const PROMPT = "Once upon a time, there was a little girl named Lily.";
@@ -231,6 +231,21 @@ test("/stats and /metrics", async () => {
   assert.match(m.text, /kiln_requests_total\{route="\/v1\/chat\/completions",status="200"\} \d+/);
   assert.match(m.text, /kiln_time_to_first_token_seconds_bucket/);
   assert.match(m.text, /kiln_kv_blocks_total \d+/);
+});
+
+test("reasoning: a prompt that opens <think> sends the output to reasoning", async () => {
+  const p = { messages: MSGS, max_tokens: 12, temperature: 0, ignore_eos: true };
+  const a = (await post(`${THINK}/v1/chat/completions`, p)).json;
+  const m = a.choices[0].message;
+  assert.equal(typeof m.reasoning, "string", JSON.stringify(m));
+  assert.ok(m.reasoning.length > 0);
+  assert.equal(m.content, "");
+  const frames = await sse(`${THINK}/v1/chat/completions`, { ...p, stream: true });
+  const r = frames.filter((f) => f !== "[DONE]").map((f) => f.choices[0]?.delta?.reasoning ?? "").join("");
+  assert.equal(r, m.reasoning);
+  const off = (await post(`${THINK}/v1/chat/completions`, { ...p, reasoning_effort: "none" })).json;
+  assert.equal(off.choices[0].message.reasoning, undefined, JSON.stringify(off.choices[0].message));
+  assert.ok(off.choices[0].message.content.length > 0);
 });
 
 await done();

@@ -7,6 +7,15 @@ CHAT_MODEL=$(e2e_chat_model) || exit 1
 e2e_server CHAT --model "$CHAT_MODEL" --ctx 4096 --batch 4 || exit 1
 run_node lifecycle.test.mjs --chat "$CHAT_URL"
 
+# --timeout: a request past its limit is cancelled, the server carries on
+e2e_server TO --model "$CHAT_MODEL" --ctx 4096 --timeout 1 || exit 1
+t0=$(date +%s)
+curl -s -d '{"messages":[{"role":"user","content":"go"}],"max_tokens":4000,"ignore_eos":true}' "$TO_URL/v1/chat/completions" > "$E2E_TMP/to.json"
+t1=$(date +%s)
+check "--timeout cancels a long request" grep -q '"finish_reason":"cancelled"' "$E2E_TMP/to.json"
+check "--timeout is honoured within a few seconds ($((t1 - t0)) s)" [ $((t1 - t0)) -le 4 ]
+check "a short request after the timeout works" bash -c "curl -s -d '{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2}' $TO_URL/v1/chat/completions | grep -q chat.completion"
+
 # SIGTERM while three long streams run
 LONG='{"messages":[{"role":"user","content":"go"}],"max_tokens":3000,"ignore_eos":true,"stream":true}'
 CURLS=()

@@ -45,6 +45,8 @@ static eng_runtime *rt;
 static tok_tokenizer *tok;
 static char dir[512];
 
+static int prefix_cache_on = 1;
+
 static eng_engine *start(int max_seqs, int max_queue)
 {
     kiln_err err;
@@ -59,6 +61,7 @@ static eng_engine *start(int max_seqs, int max_queue)
     eng_engine_opts eo = eng_engine_opts_default();
     eo.max_queue = max_queue;
     eo.prefill_chunk = 16;
+    eo.prefix_cache = prefix_cache_on;
     eng_engine *e;
     if (eng_engine_start(rt, tok, &eo, &e, &err)) return NULL;
     return e;
@@ -85,7 +88,7 @@ static eng_params params(const int32_t *prompt, int32_t n, int32_t max_tokens, f
     return p;
 }
 
-static const int32_t prompt_a[] = {1, 403, 407, 261, 378};
+static const int32_t prompt_a[] = {1, 403, 407, 261, 378, 432};
 static const int32_t prompt_b[] = {1, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
                                    381, 261, 370, 268, 414, 444, 373, 280};
 
@@ -246,6 +249,60 @@ static void test_prefix_cache_reuses_blocks_with_same_output(void)
     stop_all(e);
 }
 
+static void test_prefix_cache_off_reuses_nothing(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    prefix_cache_on = 0;
+    eng_engine *e = start(4, 16);
+    prefix_cache_on = 1;
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_params p = params(prompt_b, 21, 20, 0.0f, 0);
+    collected c1, c2;
+    eng_handle *h;
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    collect(h, &c1);
+    eng_handle_release(h);
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    collect(h, &c2);
+    eng_handle_release(h);
+    ASSERT_EQ_I64(c2.cached, 0);
+    ASSERT_EQ_I64(eng_get_stats(e).kv.n_cached, 0);
+    ASSERT_TRUE(memcmp(c1.toks, c2.toks, sizeof(int32_t) * (size_t)c1.n_toks) == 0);
+    stop_all(e);
+}
+
+/* The streamed text is exactly decode(prompt + output) minus decode(prompt):
+ * the first piece keeps the space SentencePiece gives it after the prompt. */
+static void test_streamed_text_continues_the_prompt(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    eng_engine *e = start(2, 4);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_params p = params(prompt_a, 6, 12, 0.0f, 0); /* continues with " there" */
+    collected c;
+    eng_handle *h;
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    collect(h, &c);
+    eng_handle_release(h);
+    int32_t all[64];
+    memcpy(all, prompt_a, sizeof prompt_a);
+    all[5] = 432;
+    memcpy(all + 6, c.toks, sizeof(int32_t) * (size_t)c.n_toks);
+    char *full = NULL, *pre = NULL;
+    size_t fl = 0, pl = 0;
+    ASSERT_OK(tok_decode(tok, all, (size_t)(6 + c.n_toks), TOK_SKIP_SPECIAL, &full, &fl, &err));
+    ASSERT_OK(tok_decode(tok, all, 6, TOK_SKIP_SPECIAL, &pre, &pl, &err));
+    int ok = fl == pl + c.text_len && memcmp(full, pre, pl) == 0 &&
+             memcmp(full + pl, c.text, c.text_len) == 0;
+    if (!ok) fprintf(stderr, "  full='%s' prompt='%s' streamed='%.*s'\n", full, pre, (int)c.text_len, c.text);
+    free(full);
+    free(pre);
+    stop_all(e);
+    ASSERT_TRUE(ok);
+}
+
 static void test_invalid_requests_are_refused(void)
 {
     if (skip_if_absent()) TEST_SKIP("stories260K absent");
@@ -270,6 +327,8 @@ int main(void)
     RUN(test_cancel_frees_blocks);
     RUN(test_queue_full_is_busy_and_stop_cancels_waiting);
     RUN(test_prefix_cache_reuses_blocks_with_same_output);
+    RUN(test_prefix_cache_off_reuses_nothing);
+    RUN(test_streamed_text_continues_the_prompt);
     RUN(test_invalid_requests_are_refused);
     return TEST_DONE();
 }

@@ -113,6 +113,30 @@ static void test_hash_chain_depends_on_parent_tokens_and_namespace(void)
     ASSERT_TRUE(kv_hash_block(0, 7, t, 4) != h0);
 }
 
+static void test_cache_cap_frees_least_recent_cached_blocks(void)
+{
+    kiln_err err;
+    kv_pool *p = make(4);
+    kv_block_id b[3];
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(kv_pool_alloc(p, &b[i], &err));
+        kv_pool_publish(p, b[i], 200 + (uint64_t)i);
+    }
+    kv_pool_set_cache_cap(p, 1);
+    kv_pool_release(p, b[0]);
+    kv_pool_release(p, b[1]); /* b[0] goes FREE: over the cap */
+    ASSERT_EQ_I64(kv_pool_get_stats(p).n_cached, 1);
+    ASSERT_EQ_I64(kv_pool_lookup(p, 200), -1);
+    kv_pool_set_cache_cap(p, 0);
+    ASSERT_EQ_I64(kv_pool_get_stats(p).n_cached, 0);
+    ASSERT_EQ_I64(kv_pool_get_stats(p).n_free, 3);
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    kv_pool_release(p, b[2]);
+    ASSERT_EQ_I64(kv_pool_get_stats(p).n_free, 4);
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    kv_pool_destroy(p);
+}
+
 static void test_bad_config_is_an_error(void)
 {
     kiln_err err;
@@ -130,6 +154,7 @@ int main(void)
     RUN(test_publish_same_hash_twice_keeps_first);
     RUN(test_lru_evicts_least_recently_released);
     RUN(test_hash_chain_depends_on_parent_tokens_and_namespace);
+    RUN(test_cache_cap_frees_least_recent_cached_blocks);
     RUN(test_bad_config_is_an_error);
     return TEST_DONE();
 }

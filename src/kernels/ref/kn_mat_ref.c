@@ -8,6 +8,7 @@
  * Dequantization is scale*q + bias in f32 with two roundings (no FMA), which
  * is what the golden vectors hold (mlx-quant-format.md §3.1).
  */
+#include <math.h>
 #include <string.h>
 
 #include "kernels/kn_int.h"
@@ -64,8 +65,64 @@ void kn_ref_row_chunk(const kn_mat *W, int64_t r, int64_t c0, int64_t len, float
     }
 }
 
+/* Quantized activations (kn_int.h, kn_qx_ok): block b of x -> q[64], d_b. */
+static float qx_block(const float *x, int16_t *q)
+{
+    float amax = 0;
+    for (int i = 0; i < KN_QX_BLOCK; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) amax = a;
+    }
+    float inv = amax > 0 ? 32767.0f / amax : 0.0f, d = amax > 0 ? amax / 32767.0f : 0.0f;
+    for (int i = 0; i < KN_QX_BLOCK; i++) {
+        float v = x[i] * inv, hi = rintf(v);
+        q[i] = (int16_t)hi;
+        q[KN_QX_BLOCK + i] = (int16_t)lrintf((v - hi) * 32768.0f);
+    }
+    return d;
+}
+
+/* The kn_qx_ok math for one token: double accumulation of the exact int32
+ * block sums times the f32 product s_g·d_b, plus the bias term. */
+static void mm_ref_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs;
+    const int64_t nb = cols / KN_QX_BLOCK, part = gs < KN_QX_BLOCK ? gs : KN_QX_BLOCK;
+    int16_t q[2 * KN_QX_MAX_COLS]; /* per block: 64 hi, then 64 lo */
+    float d[KN_QX_MAX_COLS / KN_QX_BLOCK];
+    for (int64_t t = 0; t < n; t++) {
+        const float *xt = x + t * cols;
+        for (int64_t b = 0; b < nb; b++) d[b] = qx_block(xt + b * KN_QX_BLOCK, q + 2 * b * KN_QX_BLOCK);
+        for (int64_t r = r0; r < r1; r++) {
+            const uint32_t *row = (const uint32_t *)W->w + r * (cols * W->bits / 32);
+            double acc = 0;
+            for (int64_t c0 = 0; c0 < cols; c0 += part) {
+                int32_t ihi = 0, ilo = 0;
+                for (int64_t c = c0; c < c0 + part; c++) {
+                    int32_t code = (int32_t)code_at(row, c, W->bits);
+                    int64_t at = c + c / KN_QX_BLOCK * KN_QX_BLOCK; /* block b starts at 2·64·b */
+                    ihi += code * q[at];
+                    ilo += code * q[at + KN_QX_BLOCK];
+                }
+                float sd = kn_ref_sf(W->scales, W->sfmt, r * ng + c0 / gs) * d[c0 / KN_QX_BLOCK];
+                acc += (double)sd * ((double)ihi + (double)ilo / 32768.0);
+            }
+            for (int64_t g = 0; g < ng; g++) {
+                double xs = 0;
+                for (int64_t c = g * gs; c < (g + 1) * gs; c++) xs += xt[c];
+                acc += (double)kn_ref_sf(W->biases, W->sfmt, r * ng + g) * xs;
+            }
+            y[t * rows + r] = (float)acc;
+        }
+    }
+}
+
 static void mm_ref(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
+    if (kn_qx_ok(W)) {
+        mm_ref_qx(W, x, n, y, r0, r1);
+        return;
+    }
     int64_t cols = W->cols, rows = W->rows;
     int64_t chunk = W->fmt == KN_QAFFINE ? W->group : FLOAT_CHUNK;
     float buf[FLOAT_CHUNK];

@@ -443,6 +443,199 @@ AI void pf_float(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r
     }
 }
 
+/* ---------------------------------------------------------------- int16 activations (4/8-bit) */
+
+/* One token's quantized x (kn_int.h, kn_qx_ok): q in the lane order the code
+ * unpackers produce (per 64-block; 4-bit: q[16k + j] = x̂[4j + k], k < 4;
+ * 8-bit: q[32h + 16e + j] = x̂[32h + 2j + e]), d per block, xsum per group. */
+typedef struct {
+    int16_t *q;
+    float *d, *xsum;
+} qx_tok;
+
+#define QX_TB 16 /* prefill tokens quantized at a time */
+#define QX_SLOTS (QX_TB * KN_QX_MAX_COLS / 8) /* q elements a prefill block may use (2 per column) */
+
+static void qx_make(const float *x, int64_t cols, int64_t gs, const int bits, qx_tok *o)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < cols / KN_QX_BLOCK; b++) {
+        const float *xb = x + b * KN_QX_BLOCK;
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 8; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+        float amax = _mm_cvtss_f32(h);
+        float inv = amax > 0 ? 32767.0f / amax : 0.0f;
+        o->d[b] = amax > 0 ? amax / 32767.0f : 0.0f;
+        int32_t qi[2 * KN_QX_BLOCK];
+        for (int k = 0; k < 8; k++) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xb + 8 * k), _mm256_set1_ps(inv));
+            __m256 hi = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m256 lo = _mm256_mul_ps(_mm256_sub_ps(v, hi), _mm256_set1_ps(32768.0f));
+            _mm256_storeu_si256((__m256i *)(qi + 8 * k), _mm256_cvtps_epi32(hi));
+            _mm256_storeu_si256((__m256i *)(qi + KN_QX_BLOCK + 8 * k), _mm256_cvtps_epi32(lo));
+        }
+        int16_t *q = o->q + b * 2 * KN_QX_BLOCK;
+        for (int l = 0; l < 2; l++, q += KN_QX_BLOCK) {
+            const int32_t *src = qi + l * KN_QX_BLOCK;
+            if (bits == 4) {
+                for (int k = 0; k < 4; k++)
+                    for (int j = 0; j < 16; j++) q[16 * k + j] = (int16_t)src[4 * j + k];
+            } else {
+                for (int hh = 0; hh < 2; hh++)
+                    for (int e = 0; e < 2; e++)
+                        for (int j = 0; j < 16; j++) q[32 * hh + 16 * e + j] = (int16_t)src[32 * hh + 2 * j + e];
+            }
+        }
+    }
+    group_sums(x, cols, gs, o->xsum);
+}
+
+/* Per block b of row i: f32 lanes of s_g·d_b matching the int32 lanes (lane l
+ * holds codes 8l..8l+7 of the block for 4-bit; for 8-bit, see qdot). */
+AI __m256 qx_scale(const void *sc, kn_fmt sf, int64_t off, int64_t b, float d, const int64_t gs)
+{
+    if (gs == 32) {
+        __m128 lo = _mm_set1_ps(ld_sf(sc, sf, off + 2 * b) * d), hi = _mm_set1_ps(ld_sf(sc, sf, off + 2 * b + 1) * d);
+        return _mm256_set_m128(hi, lo);
+    }
+    return _mm256_set1_ps(ld_sf(sc, sf, off + (gs == 64 ? b : b / 2)) * d);
+}
+
+/* R rows × T tokens: y[t][r+i] for the kn_qx_ok math. facc per (i, j) gets
+ * fma(cvt(int32 block sum), s_g·d_b, facc) for blocks in ascending order,
+ * then hsum8 + bias_dot: one fixed order per (t, r), whatever R, T, n. */
+AI void qdot(const kn_mat *W, const qx_tok *xt, float *const *yt, int64_t r, const int R, const int T,
+             const int bits, const int64_t gs, const int pf_on)
+{
+    const int64_t cols = W->cols, ng = cols / gs, nb = cols / KN_QX_BLOCK, rs = cols * bits / 8;
+    const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
+    const kn_fmt sf = W->sfmt;
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < T; j++) acc[i][j] = _mm256_setzero_ps();
+    const uintptr_t pf = (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs);
+    const int64_t bb = KN_QX_BLOCK * bits / 8; /* bytes per block per row */
+    const __m256i lo_mask = _mm256_set1_epi16(bits == 4 ? 0xF : 0xFF);
+    for (int64_t b = 0; b < nb; b++) {
+        if (pf_on)
+            for (int64_t o = 0; o < R * bb; o += 64)
+                _mm_prefetch((const char *)(pf + (uintptr_t)(b * R * bb + o)), _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const uint8_t *wp = w0 + i * rs + b * bb;
+            __m256i c[4];
+            if (bits == 4) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)wp);
+                c[0] = _mm256_and_si256(v, lo_mask);
+                c[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo_mask);
+                c[2] = _mm256_and_si256(_mm256_srli_epi16(v, 8), lo_mask);
+                c[3] = _mm256_srli_epi16(v, 12);
+            } else {
+                __m256i va = _mm256_loadu_si256((const __m256i *)wp),
+                        vb = _mm256_loadu_si256((const __m256i *)(wp + 32));
+                c[0] = _mm256_and_si256(va, lo_mask);
+                c[1] = _mm256_srli_epi16(va, 8);
+                c[2] = _mm256_and_si256(vb, lo_mask);
+                c[3] = _mm256_srli_epi16(vb, 8);
+            }
+#pragma GCC unroll 2
+            for (int j = 0; j < T; j++) {
+                const int16_t *q = xt[j].q + b * 2 * KN_QX_BLOCK;
+                __m256i m[2][4];
+#pragma GCC unroll 2
+                for (int l = 0; l < 2; l++)
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++)
+                        m[l][k] = _mm256_madd_epi16(c[k], _mm256_loadu_si256((const __m256i *)(q + 64 * l + 16 * k)));
+                const int64_t off = (r + i) * ng;
+                const __m256 lo_w = _mm256_set1_ps(1.0f / 32768);
+                if (bits == 8 && gs == 32) { /* halves are separate groups */
+                    __m256 s0 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b) * xt[j].d[b]);
+                    __m256 s1 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b + 1) * xt[j].d[b]);
+                    __m256 f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(m[1][0], m[1][1])), lo_w,
+                                                _mm256_cvtepi32_ps(_mm256_add_epi32(m[0][0], m[0][1])));
+                    __m256 f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(m[1][2], m[1][3])), lo_w,
+                                                _mm256_cvtepi32_ps(_mm256_add_epi32(m[0][2], m[0][3])));
+                    acc[i][j] = _mm256_fmadd_ps(f0, s0, acc[i][j]);
+                    acc[i][j] = _mm256_fmadd_ps(f1, s1, acc[i][j]);
+                } else {
+                    __m256i hi = _mm256_add_epi32(_mm256_add_epi32(m[0][0], m[0][1]), _mm256_add_epi32(m[0][2], m[0][3]));
+                    __m256i lo = _mm256_add_epi32(_mm256_add_epi32(m[1][0], m[1][1]), _mm256_add_epi32(m[1][2], m[1][3]));
+                    __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), lo_w, _mm256_cvtepi32_ps(hi));
+                    __m256 sv = bits == 8 ? _mm256_set1_ps(ld_sf(W->scales, sf, off + (gs == 64 ? b : b / 2)) *
+                                                           xt[j].d[b])
+                                          : qx_scale(W->scales, sf, off, b, xt[j].d[b], gs);
+                    acc[i][j] = _mm256_fmadd_ps(f, sv, acc[i][j]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < T; j++)
+            yt[j][r + i] = kn_hsum256(acc[i][j]) + bias_dot(W->biases, sf, (r + i) * ng, xt[j].xsum, ng);
+}
+
+#define QDOT_FN(R, T)                                                                              \
+    static void qdot##R##x##T(const kn_mat *W, const qx_tok *xt, float *const *yt, int64_t r, int pf) \
+    {                                                                                              \
+        const int bits = W->bits;                                                                  \
+        const int64_t gs = W->group;                                                               \
+        if (bits == 4) {                                                                           \
+            if (gs == 64) qdot(W, xt, yt, r, R, T, 4, 64, pf);                                     \
+            else if (gs == 32) qdot(W, xt, yt, r, R, T, 4, 32, pf);                                \
+            else qdot(W, xt, yt, r, R, T, 4, 128, pf);                                             \
+        } else {                                                                                   \
+            if (gs == 64) qdot(W, xt, yt, r, R, T, 8, 64, pf);                                     \
+            else if (gs == 32) qdot(W, xt, yt, r, R, T, 8, 32, pf);                                \
+            else qdot(W, xt, yt, r, R, T, 8, 128, pf);                                             \
+        }                                                                                          \
+    }
+QDOT_FN(4, 1)
+QDOT_FN(1, 1)
+QDOT_FN(4, 2)
+QDOT_FN(1, 2)
+
+static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs, nbk = cols / KN_QX_BLOCK;
+    /* tokens per block so q fits the stack buffer */
+    int64_t tb = QX_SLOTS / (2 * cols);
+    if (tb > QX_TB) tb = QX_TB;
+    if (tb < 1) tb = 1;
+    int16_t qbuf[QX_SLOTS] __attribute__((aligned(32)));
+    float dbuf[QX_TB * (KN_QX_MAX_COLS / KN_QX_BLOCK) / 8 + KN_QX_MAX_COLS / KN_QX_BLOCK];
+    float sbuf[QX_TB * (KN_QX_MAX_COLS / 32) / 8 + KN_QX_MAX_COLS / 32];
+    qx_tok xt[QX_TB];
+    for (int64_t t0 = 0; t0 < n; t0 += tb) {
+        int nt = (int)(n - t0 < tb ? n - t0 : tb);
+        for (int j = 0; j < nt; j++) {
+            xt[j] = (qx_tok){qbuf + j * 2 * cols, dbuf + j * nbk, sbuf + j * ng};
+            qx_make(x + (t0 + j) * cols, cols, gs, W->bits, &xt[j]);
+        }
+        int pf = nt <= 2; /* decode-like: stream rows ahead */
+        int64_t r = r0;
+        for (; r < r1; r += (r1 - r >= 4 ? 4 : 1)) {
+            int R = r1 - r >= 4 ? 4 : 1;
+            int j = 0;
+            for (; j + 2 <= nt; j += 2) {
+                float *yt[2] = {y + (t0 + j) * rows, y + (t0 + j + 1) * rows};
+                (R == 4 ? qdot4x2 : qdot1x2)(W, xt + j, yt, r, pf);
+            }
+            if (j < nt) {
+                float *yt[1] = {y + (t0 + j) * rows};
+                (R == 4 ? qdot4x1 : qdot1x1)(W, xt + j, yt, r, pf);
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- entry points */
 
 /* 4 rows at a time (8 made gcc spill accumulators), then single rows. */
@@ -469,7 +662,9 @@ DEF_FLOAT(mm_bf16, KN_BF16)
     static void mm_q##b(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0,          \
                         int64_t r1)                                                                \
     {                                                                                              \
-        if (n == 1) {                                                                              \
+        if (kn_qx_ok(W)) {                                                                         \
+            mm_qx(W, x, n, y, r0, r1);                                                             \
+        } else if (n == 1) {                                                                       \
             float xsum[XSUM_MAX];                                                                  \
             KILN_ASSERT(W->cols / W->group <= XSUM_MAX);                                           \
             group_sums(x, W->cols, W->group, xsum);                                                \
