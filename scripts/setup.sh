@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBS=(build-essential cmake pkg-config clang libclang-rt-14-dev
-      libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libxxhash-dev
+      libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libssl-dev libxxhash-dev
       python3-numpy curl ca-certificates nodejs npm)
 
 if [ "${KILN_SKIP_DEPS:-0}" != 1 ] && command -v dpkg-query >/dev/null; then
