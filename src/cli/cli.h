@@ -14,6 +14,7 @@ int cli_logits(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
+int cli_fit(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_get(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);

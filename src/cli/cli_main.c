@@ -18,6 +18,7 @@ static const verb verbs[] = {
     {"logits", cli_logits, "write raw float32 logits for a token sequence"},
     {"bench", cli_bench, "measure prefill/decode speed, load time and RSS"},
     {"info", cli_info, "describe a model snapshot"},
+    {"fit", cli_fit, "predict memory for a context and batch; max context for a budget"},
     {"quantize", cli_quantize, "write an MLX affine-quantized copy of a snapshot"},
     {"serve", cli_serve, "serve a model over an OpenAI-compatible HTTP API"},
     {"get", cli_get, "download a Hugging Face model snapshot into the local cache"},

@@ -3,6 +3,7 @@
  * generation through the batched step (the scheduler batches many).
  */
 #include "engine/eng_runtime.h"
+#include "engine/eng_fit.h"
 #include "kernels/kn_cpu.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
@@ -48,15 +49,7 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
     double t0 = plat_now();
     if ((rc = mdl_load(dir, &rt->model, err))) goto fail;
     const wt_config *c = mdl_config(rt->model);
-    if (rt->o.n_threads <= 0) rt->o.n_threads = plat_cpu_count();
-    if (rt->o.block_tokens <= 0) rt->o.block_tokens = 16;
-    if (rt->o.max_seqs <= 0) rt->o.max_seqs = 1;
-    if (rt->o.max_step_tokens <= 0) rt->o.max_step_tokens = 512;
-    if (rt->o.ctx <= 0) rt->o.ctx = c->max_pos > 0 && c->max_pos < 4096 ? (int32_t)c->max_pos : 4096;
-    if (rt->o.n_blocks <= 0) {
-        int64_t per_seq = (rt->o.ctx + rt->o.block_tokens - 1) / rt->o.block_tokens + 1;
-        rt->o.n_blocks = (int32_t)(per_seq * rt->o.max_seqs);
-    }
+    rt->o = eng_runtime_resolve(c, &rt->o); /* the same sizing `kiln fit` predicts */
     if ((rc = kn_pool_create(rt->o.n_threads, &rt->pool, err))) goto fail;
     kv_pool_config kc = mdl_kv_shape(rt->model, rt->o.n_blocks, rt->o.block_tokens);
     if ((rc = kv_pool_create(&kc, &rt->kv, err))) goto fail;
@@ -64,11 +57,7 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
                              rt->o.ctx, &rt->cx, err)))
         goto fail;
     int64_t vocab = mdl_vocab(rt->model);
-    /* decode needs one row per sequence; all-position prefill (logits --all,
-     * verification) runs in chunks of at most logit_rows tokens */
-    rt->logit_rows = rt->o.max_seqs > 64 ? rt->o.max_seqs : 64;
-    if (rt->logit_rows > rt->o.max_step_tokens) rt->logit_rows = rt->o.max_step_tokens;
-    if (rt->logit_rows < rt->o.max_seqs) rt->logit_rows = rt->o.max_seqs;
+    rt->logit_rows = rt->o.logit_rows;
     rt->logits = malloc(sizeof(float) * (size_t)vocab * (size_t)rt->logit_rows);
     rt->sample_scratch = malloc(eng_sample_scratch_bytes(vocab));
     if (!rt->logits || !rt->sample_scratch) {

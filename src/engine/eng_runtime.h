@@ -27,6 +27,7 @@ typedef struct {
     int32_t max_step_tokens; /* tokens per step (prefill chunk) */
     int32_t n_blocks;        /* KV pool size; 0 = enough for max_seqs x ctx */
     const char *isa;         /* kernel variant: NULL/"auto", "ref", "avx2", ... */
+    int32_t logit_rows;      /* OUT (eng_runtime_resolve): rows of the logits buffer */
 } eng_runtime_opts;
 
 typedef struct {
@@ -38,7 +39,7 @@ typedef struct {
     eng_runtime_opts o;
     double load_s;
     float *logits;    /* OWNED [logit_rows, vocab] step output */
-    int32_t logit_rows; /* max(max_seqs, 64): rows one step may ask logits for */
+    int32_t logit_rows; /* o.logit_rows: rows one step may ask logits for */
     void *sample_scratch; /* OWNED eng_sample_scratch_bytes(vocab) */
 } eng_runtime;
 

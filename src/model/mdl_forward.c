@@ -54,6 +54,27 @@ static size_t step_floats(const wt_config *c, int64_t T, int32_t rot)
     return (size_t)T * (size_t)(2 * c->hidden + 2 * qd + 2 * kd + 2 * c->intermediate + rot);
 }
 
+size_t mdl_scratch_bytes(const wt_config *c, int n_threads, int32_t max_tokens, int32_t max_seqs,
+                         int32_t max_ctx, int64_t *attn_floats)
+{
+    kn_attn_args probe = {.n_q = max_tokens < max_ctx ? max_tokens : max_ctx,
+                          .n_heads = (int32_t)c->n_heads, .n_kv_heads = (int32_t)c->n_kv_heads,
+                          .head_dim = (int32_t)c->head_dim, .block_tokens = 16};
+    probe.pos0 = max_ctx - probe.n_q;
+    int64_t s1 = kn_attn_scratch_floats(&probe);
+    probe.n_q = 1;
+    probe.pos0 = max_ctx - 1;
+    int64_t s2 = kn_attn_scratch_floats(&probe);
+    int64_t af = (s1 > s2 ? s1 : s2) + 16;
+    if (attn_floats) *attn_floats = af;
+    size_t max_blocks = (size_t)max_ctx + 1; /* pointer tables: at most one block per position */
+    return sizeof(float) * (step_floats(c, max_tokens, mdl_rope_dims(c)) +
+                            (size_t)n_threads * (size_t)af) +
+           sizeof(int32_t) * 2 * (size_t)max_tokens +
+           (sizeof(kn_attn_args) + 2 * sizeof(float *) * max_blocks) * (size_t)max_seqs +
+           64 * (16 + 2 * (size_t)max_seqs); /* 64-byte alignment of every arena array */
+}
+
 kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens,
                          int32_t max_seqs, int32_t max_ctx, mdl_ctx **out, kiln_err *err)
 {
@@ -68,23 +89,8 @@ kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens,
     cx->max_seqs = max_seqs;
     cx->max_ctx = max_ctx;
     cx->n_threads = pool ? kn_pool_threads(pool) : 1;
-    const wt_config *c = &m->cfg;
-    kn_attn_args probe = {.n_q = max_tokens < max_ctx ? max_tokens : max_ctx,
-                          .n_heads = (int32_t)c->n_heads, .n_kv_heads = (int32_t)c->n_kv_heads,
-                          .head_dim = (int32_t)c->head_dim, .block_tokens = 16};
-    probe.pos0 = max_ctx - probe.n_q;
-    int64_t s1 = kn_attn_scratch_floats(&probe);
-    probe.n_q = 1;
-    probe.pos0 = max_ctx - 1;
-    int64_t s2 = kn_attn_scratch_floats(&probe);
-    cx->attn_scratch = (s1 > s2 ? s1 : s2) + 16;
-    int64_t max_blocks = max_ctx + 1; /* pointer tables: at most one block per position */
-    size_t bytes = sizeof(float) * (step_floats(c, max_tokens, m->rope.rot) +
-                                    (size_t)cx->n_threads * (size_t)cx->attn_scratch) +
-                   sizeof(int32_t) * 2 * (size_t)max_tokens +
-                   (sizeof(kn_attn_args) + 2 * sizeof(float *) * (size_t)max_blocks) *
-                       (size_t)max_seqs +
-                   64 * 32 /* alignment slack */ + sizeof(float *) * 2 * (size_t)max_blocks;
+    size_t bytes = mdl_scratch_bytes(&m->cfg, cx->n_threads, max_tokens, max_seqs, max_ctx,
+                                     &cx->attn_scratch);
     kiln_code rc = arena_init(&cx->ar, bytes, err);
     if (rc) {
         free(cx);

@@ -66,6 +66,12 @@ uint64_t mdl_fingerprint(const mdl_model *m);
 kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens,
                          int32_t max_seqs, int32_t max_ctx, mdl_ctx **out, kiln_err *err);
 void mdl_ctx_free(mdl_ctx *cx);
+/* The step arena mdl_ctx_create allocates for these limits (bytes), from the
+ * config alone; *attn_floats (may be NULL) gets the per-thread attention scratch. */
+size_t mdl_scratch_bytes(const wt_config *c, int n_threads, int32_t max_tokens, int32_t max_seqs,
+                         int32_t max_ctx, int64_t *attn_floats);
+/* Rotary dims: head_dim x partial_rotary_factor, even. */
+int32_t mdl_rope_dims(const wt_config *c);
 size_t mdl_ctx_scratch_bytes(const mdl_ctx *cx);
 /* The batched step. Writes K/V of the new tokens into their blocks and logits
  * [Σ n_logits, vocab] (sequence order). Errors: KILN_E_INVALID for a token id

@@ -62,11 +62,15 @@ static void llama3_freqs(const wt_config *c, int32_t rot, double *inv)
     }
 }
 
-kiln_code mdl_rope_init(const wt_config *c, mdl_rope *out, kiln_err *err)
+int32_t mdl_rope_dims(const wt_config *c)
 {
     double prf = c->rope.partial_rotary_factor > 0 ? c->rope.partial_rotary_factor : 1.0;
-    int32_t rot = (int32_t)((double)c->head_dim * prf);
-    rot &= ~1;
+    return (int32_t)((double)c->head_dim * prf) & ~1;
+}
+
+kiln_code mdl_rope_init(const wt_config *c, mdl_rope *out, kiln_err *err)
+{
+    int32_t rot = mdl_rope_dims(c);
     if (rot <= 0 || rot > c->head_dim)
         return kiln_fail(err, KILN_E_INVALID, "config.json: rotary dims %d for head_dim %d",
                          (int)rot, (int)c->head_dim);

