@@ -41,6 +41,17 @@ static int collect(eng_handle *h, collected *c)
     return -1;
 }
 
+/* Submits p, collects its whole stream, releases the handle. */
+static kiln_code run_one(eng_engine *e, const eng_params *p, collected *c, kiln_err *err)
+{
+    eng_handle *h;
+    kiln_code rc = eng_submit(e, p, &h, err);
+    if (rc) return rc;
+    collect(h, c);
+    eng_handle_release(h);
+    return KILN_OK;
+}
+
 static eng_runtime *rt;
 static tok_tokenizer *tok;
 static char dir[512];
@@ -115,12 +126,7 @@ static void test_concurrent_requests_equal_each_alone(void)
     ps[4].sp.repetition_penalty = 1.3f;
     ps[5].sp.presence_penalty = 0.5f;
     collected alone[N], together[N];
-    for (int i = 0; i < N; i++) {
-        eng_handle *h;
-        ASSERT_OK(eng_submit(e, &ps[i], &h, &err));
-        collect(h, &alone[i]);
-        eng_handle_release(h);
-    }
+    for (int i = 0; i < N; i++) ASSERT_OK(run_one(e, &ps[i], &alone[i], &err));
     eng_handle *hs[N];
     for (int i = 0; i < N; i++) ASSERT_OK(eng_submit(e, &ps[i], &hs[i], &err));
     for (int i = 0; i < N; i++) {
@@ -147,11 +153,8 @@ static void test_stop_string_across_tokens_is_excluded_and_never_leaked(void)
     ASSERT_TRUE(e != NULL);
     kiln_err err;
     eng_params p = params(prompt_a, 5, 60, 0.0f, 0);
-    eng_handle *h;
     collected full, cut;
-    ASSERT_OK(eng_submit(e, &p, &h, &err));
-    collect(h, &full);
-    eng_handle_release(h);
+    ASSERT_OK(run_one(e, &p, &full, &err));
     ASSERT_TRUE(full.text_len > 40);
     /* a stop string made of the text around a token boundary, 20+ bytes in */
     char stop[16];
@@ -162,10 +165,7 @@ static void test_stop_string_across_tokens_is_excluded_and_never_leaked(void)
     p.stop[0] = "zzzz-never";
     p.stop[1] = stop;
     p.n_stop = 2;
-    ASSERT_OK(eng_submit(e, &p, &h, &err));
-    /* every event's text must be a prefix of the final text; none holds the stop */
-    collect(h, &cut);
-    eng_handle_release(h);
+    ASSERT_OK(run_one(e, &p, &cut, &err)); /* the stop never reaches the text */
     ASSERT_EQ_I64(cut.finish, ENG_FINISH_STOP);
     ASSERT_STR_EQ(cut.stop_matched, stop);
     ASSERT_EQ_I64(cut.text_len, at);
@@ -234,13 +234,8 @@ static void test_prefix_cache_reuses_blocks_with_same_output(void)
     kiln_err err;
     eng_params p = params(prompt_b, 21, 20, 0.0f, 0);
     collected c1, c2;
-    eng_handle *h;
-    ASSERT_OK(eng_submit(e, &p, &h, &err));
-    collect(h, &c1);
-    eng_handle_release(h);
-    ASSERT_OK(eng_submit(e, &p, &h, &err));
-    collect(h, &c2);
-    eng_handle_release(h);
+    ASSERT_OK(run_one(e, &p, &c1, &err));
+    ASSERT_OK(run_one(e, &p, &c2, &err));
     ASSERT_EQ_I64(c1.cached, 0);
     ASSERT_EQ_I64(c2.cached, 16); /* two full blocks of 8; the last token is recomputed */
     ASSERT_EQ_I64(c1.n_toks, c2.n_toks);
@@ -259,13 +254,8 @@ static void test_prefix_cache_off_reuses_nothing(void)
     kiln_err err;
     eng_params p = params(prompt_b, 21, 20, 0.0f, 0);
     collected c1, c2;
-    eng_handle *h;
-    ASSERT_OK(eng_submit(e, &p, &h, &err));
-    collect(h, &c1);
-    eng_handle_release(h);
-    ASSERT_OK(eng_submit(e, &p, &h, &err));
-    collect(h, &c2);
-    eng_handle_release(h);
+    ASSERT_OK(run_one(e, &p, &c1, &err));
+    ASSERT_OK(run_one(e, &p, &c2, &err));
     ASSERT_EQ_I64(c2.cached, 0);
     ASSERT_EQ_I64(eng_get_stats(e).kv.n_cached, 0);
     ASSERT_TRUE(memcmp(c1.toks, c2.toks, sizeof(int32_t) * (size_t)c1.n_toks) == 0);
@@ -282,10 +272,7 @@ static void test_streamed_text_continues_the_prompt(void)
     kiln_err err;
     eng_params p = params(prompt_a, 6, 12, 0.0f, 0); /* continues with " there" */
     collected c;
-    eng_handle *h;
-    ASSERT_OK(eng_submit(e, &p, &h, &err));
-    collect(h, &c);
-    eng_handle_release(h);
+    ASSERT_OK(run_one(e, &p, &c, &err));
     int32_t all[64];
     memcpy(all, prompt_a, sizeof prompt_a);
     all[5] = 432;
