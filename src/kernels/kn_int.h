@@ -71,8 +71,8 @@ void kn_avx2_install_ops(kn_ops *t);
 void kn_avx2_install_attn(kn_ops *t);
 #endif
 
-/* Quantized activations (every variant, same integers): for KN_QAFFINE 4- and
- * 8-bit matrices whose cols are a multiple of KN_QX_BLOCK (and at most
+/* Quantized activations (every variant, same integers): for KN_QAFFINE 4-bit
+ * (8-bit too if KN_QX_BITS8) matrices whose cols are a multiple of KN_QX_BLOCK (and at most
  * KN_QX_MAX_COLS), each token's x is quantized per 64-column block b to int16:
  *   amax_b = max_i |x_i|, d_b = amax_b / 32767, inv_b = 32767 / amax_b (both 0
  *   when amax_b is 0), q_i = round-to-nearest-even(x_i · inv_b)   (f32 ops)
@@ -82,10 +82,16 @@ void kn_avx2_install_attn(kn_ops *t);
  * error per element ≤ 2^-16 of the block's largest |x|. */
 #define KN_QX_BLOCK 64
 #define KN_QX_MAX_COLS 32768
+/* 8-bit works too (kernels and tests cover it when this is 1) but measured no
+ * faster at decode (the f32 8-bit decoder is cheap) and ~40% slower at
+ * prefill on Zen 3, so it is off: 8-bit keeps the f32 path. */
+#ifndef KN_QX_BITS8
+#define KN_QX_BITS8 0
+#endif
 static inline int kn_qx_ok(const kn_mat *W)
 {
-    return W->fmt == KN_QAFFINE && (W->bits == 4 || W->bits == 8) && W->cols % KN_QX_BLOCK == 0 &&
-           W->cols <= KN_QX_MAX_COLS;
+    return W->fmt == KN_QAFFINE && (W->bits == 4 || (KN_QX_BITS8 && W->bits == 8)) &&
+           W->cols % KN_QX_BLOCK == 0 && W->cols <= KN_QX_MAX_COLS;
 }
 
 /* ref helpers other variants reuse */

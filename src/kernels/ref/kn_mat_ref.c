@@ -7,6 +7,9 @@
  * quant group, or 128 values) at a time and reused for a tile of 4 tokens.
  * Dequantization is scale*q + bias in f32 with two roundings (no FMA), which
  * is what the golden vectors hold (mlx-quant-format.md §3.1).
+ * Affine matrices with kn_qx_ok() (4-bit, and 8-bit if KN_QX_BITS8) use the quantized-activation
+ * math of kn_int.h instead (mm_ref_qx): the same int16 levels and exact int32
+ * block sums as the AVX2 kernel, combined in double.
  */
 #include <math.h>
 #include <string.h>

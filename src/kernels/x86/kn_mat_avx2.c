@@ -14,6 +14,14 @@
  * chunks of x, added in order; bias dot in 8-group vectors, then scalar tail).
  * Algebraically Σ_i (s·q_i + b)·x_i, as in mlx-quant-format.md §3.1.
  *
+ * Exception, affine with kn_qx_ok (kn_int.h: 4-bit; 8-bit only if KN_QX_BITS8): x is quantized per
+ * 64-column block to two int16 levels, q = hi + lo/2^15 (x ≈ d_b·q, error
+ * ≤ 2^-31 of the block's max |x|), codes are unpacked in place into int16
+ * lanes (no shuffles) and multiplied with _mm256_madd_epi16 into exact int32
+ * block sums; per block acc = fma(fma(cvt(Σlo), 2^-15, cvt(Σhi)), s_g·d_b, acc)
+ * in ascending order, then hsum8 + the bias term as above. Decode and prefill
+ * both run qdot() per (token, 4-row tile), so they agree bit for bit.
+ *
  * Two drivers produce these exact values: decode (n == 1) dequantizes on the
  * fly for 4 rows at a time; prefill (n > 1) dequantizes a 16-row × KC-column
  * slab once into a buffer and runs a 4-row × 3-token register tile over it for
@@ -453,8 +461,8 @@ typedef struct {
     float *d, *xsum;
 } qx_tok;
 
-#define QX_TB 16 /* prefill tokens quantized at a time */
-#define QX_SLOTS (QX_TB * KN_QX_MAX_COLS / 8) /* q elements a prefill block may use (2 per column) */
+#define QX_TB 16 /* prefill tokens quantized at a time (at most) */
+#define QX_SLOTS 65536 /* int16 q per call (2 per column per token): 128 KiB of stack */
 
 static void qx_make(const float *x, int64_t cols, int64_t gs, const int bits, qx_tok *o)
 {
@@ -599,8 +607,6 @@ AI void qdot(const kn_mat *W, const qx_tok *xt, float *const *yt, int64_t r, con
     }
 QDOT_FN(4, 1)
 QDOT_FN(1, 1)
-QDOT_FN(4, 2)
-QDOT_FN(1, 2)
 
 static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
@@ -610,8 +616,8 @@ static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
     if (tb > QX_TB) tb = QX_TB;
     if (tb < 1) tb = 1;
     int16_t qbuf[QX_SLOTS] __attribute__((aligned(32)));
-    float dbuf[QX_TB * (KN_QX_MAX_COLS / KN_QX_BLOCK) / 8 + KN_QX_MAX_COLS / KN_QX_BLOCK];
-    float sbuf[QX_TB * (KN_QX_MAX_COLS / 32) / 8 + KN_QX_MAX_COLS / 32];
+    float dbuf[QX_SLOTS / (2 * KN_QX_BLOCK)]; /* tb · blocks ≤ this */
+    float sbuf[QX_SLOTS / (2 * 32)];          /* tb · groups ≤ this (group ≥ 32) */
     qx_tok xt[QX_TB];
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
         int nt = (int)(n - t0 < tb ? n - t0 : tb);
@@ -623,12 +629,9 @@ static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
         int64_t r = r0;
         for (; r < r1; r += (r1 - r >= 4 ? 4 : 1)) {
             int R = r1 - r >= 4 ? 4 : 1;
-            int j = 0;
-            for (; j + 2 <= nt; j += 2) {
-                float *yt[2] = {y + (t0 + j) * rows, y + (t0 + j + 1) * rows};
-                (R == 4 ? qdot4x2 : qdot1x2)(W, xt + j, yt, r, pf);
-            }
-            if (j < nt) {
+            /* token inner: the tile's rows stay in L1 (a 4-row × 2-token tile
+             * spilled registers and was slower) */
+            for (int j = 0; j < nt; j++) {
                 float *yt[1] = {y + (t0 + j) * rows};
                 (R == 4 ? qdot4x1 : qdot1x1)(W, xt + j, yt, r, pf);
             }
