@@ -1,12 +1,17 @@
 /*
  * fuzz_json_request.c — arbitrary bytes into the OpenAI request parser, as
- * a chat, a completions and an Anthropic messages body. A successful parse must give a request
- * whose fields hold their documented ranges; every path must free what it built.
+ * a chat, a completions, an Anthropic messages and a Responses body. A
+ * successful parse must give a request whose fields hold their documented
+ * ranges; every path must free what it built. The same bytes are then fed as
+ * model output to every tool-call parser, whole and split in two: calls must
+ * carry valid JSON object arguments, and no input may crash or leak.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "server/srv_anthropic.h"
+#include "server/srv_responses.h"
+#include "server/srv_toolcall.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -22,17 +27,42 @@ static void check(const srv_request *r)
     if (!json_is_object(r->template_kwargs)) __builtin_trap();
     if (r->api != SRV_API_COMPLETION && json_array_size(r->messages) == 0) __builtin_trap();
     if (r->api == SRV_API_COMPLETION && !r->prompt && r->n_prompt_ids < 1) __builtin_trap();
+    if (r->tools && json_array_size(r->tools) == 0) __builtin_trap();
+    if (r->tool_choice == SRV_TOOLS_NAMED && (!r->tool_name || json_array_size(r->tools) != 1)) __builtin_trap();
+}
+
+static void tool_calls(const uint8_t *data, size_t size)
+{
+    for (int f = SRV_TC_NONE; f < SRV_TC_COUNT; f++) {
+        srv_tc *p;
+        if (srv_tc_create((srv_tc_family)f, NULL, &p, NULL)) return;
+        srv_buf content = {0};
+        size_t cut = size ? data[0] % (size + 1) : 0;
+        srv_tc_push(p, (const char *)data, cut, &content);
+        srv_tc_push(p, (const char *)data + cut, size - cut, &content);
+        srv_tc_finish(p, &content);
+        for (size_t i = 0; i < srv_tc_count(p); i++) {
+            const char *name, *args;
+            srv_tc_get(p, i, &name, &args);
+            json_t *a = json_loads(args, JSON_ALLOW_NUL, NULL);
+            if (!name[0] || !json_is_object(a)) __builtin_trap();
+            json_decref(a);
+        }
+        srv_buf_free(&content);
+        srv_tc_free(p);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    for (int api = 0; api < 3; api++) {
+    for (int api = 0; api < 4; api++) {
         srv_request r;
         char param[64];
         kiln_err err;
-        kiln_code rc = api == 2 ? srv_parse_anthropic((const char *)data, size, &r, param, &err)
-                                : srv_parse_request(api ? SRV_API_COMPLETION : SRV_API_CHAT,
-                                                    (const char *)data, size, &r, param, &err);
+        kiln_code rc = api == 3   ? srv_parse_responses(NULL, (const char *)data, size, &r, param, &err)
+                       : api == 2 ? srv_parse_anthropic((const char *)data, size, &r, param, &err)
+                                  : srv_parse_request(api ? SRV_API_COMPLETION : SRV_API_CHAT,
+                                                      (const char *)data, size, &r, param, &err);
         if (rc != KILN_OK) {
             if (strlen(param) >= 64 || err.code == KILN_OK) __builtin_trap();
             continue;
@@ -40,5 +70,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(&r);
         srv_request_free(&r);
     }
+    tool_calls(data, size);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include "kv/kv_pool.h"
 #include "kernels/kn_cpu.h"
 #include "server/srv.h"
+#include "server/srv_toolcall.h"
 #include "tokenizer/tok.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
@@ -28,9 +29,10 @@
 #include <string.h>
 
 typedef struct {
-    const char *model, *host, *thinking, *api_key;
+    const char *model, *host, *thinking, *api_key, *tool_parser;
+    int tool_family; /* srv_tc_family, or -1: detect from the chat template */
     int64_t port, batch, ctx, max_tokens, top_k, max_queue, threads, max_body;
-    double temperature, top_p, min_p, prompt_cache, timeout;
+    double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -157,6 +159,9 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     sc.batch = (int32_t)f->batch;
     sc.max_queue = (int32_t)f->max_queue;
     sc.thinking = thinking;
+    sc.tool_parser = f->tool_family;
+    sc.responses_ttl_s = f->responses_ttl;
+    sc.responses_store_bytes = (size_t)(f->responses_store_mib * 1048576.0);
     sc.defaults = pick_defaults(f, flags, &cfg);
     sc.timeout_s = f->timeout;
     serve_state st = {0};
@@ -218,7 +223,8 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
 int cli_serve(int argc, char **argv)
 {
     serve_flags f = {.host = "127.0.0.1", .port = 8080, .batch = 8, .max_queue = 64,
-                     .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20};
+                     .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20,
+                     .responses_ttl = 3600, .responses_store_mib = 64};
     cli_flag flags[] = {
         {"model", CLI_STR, &f.model, "DIR|REPO", "model folder or Hugging Face repo id (default: "
                                                  "a cached model, else " CLI_HF_DEFAULT_MODEL ")", 0},
@@ -232,12 +238,18 @@ int cli_serve(int argc, char **argv)
         {"top-k", CLI_INT, &f.top_k, "K", "default top_k (else generation_config, else off)", 0},
         {"min-p", CLI_FLOAT, &f.min_p, "M", "default min_p (else generation_config, else off)", 0},
         {"thinking", CLI_STR, &f.thinking, "true|false", "default enable_thinking for chat templates", 0},
+        {"tool-parser", CLI_STR, &f.tool_parser, "NAME",
+         "tool-call format: hermes, qwen3_coder, llama3, mistral, gemma or none (default: from the chat template)", 0},
         {"prompt-cache", CLI_FLOAT, &f.prompt_cache, "GIB",
          "KV memory for cached prefixes (added to the pool, and their cap); 0 turns the prefix cache off", 0},
         {"api-key", CLI_STR, &f.api_key, "KEY", "require this key (Authorization: Bearer or x-api-key)", 0},
         {"max-queue", CLI_INT, &f.max_queue, "N", "requests that may wait before 429 (default 64)", 0},
         {"threads", CLI_INT, &f.threads, "N", "compute threads (default: all CPUs)", 0},
         {"max-body", CLI_INT, &f.max_body, "BYTES", "largest request body (default 4 MiB; else 413)", 0},
+        {"responses-ttl", CLI_FLOAT, &f.responses_ttl, "S",
+         "seconds a /v1/responses result stays available to previous_response_id (default 3600)", 0},
+        {"responses-store-mib", CLI_FLOAT, &f.responses_store_mib, "MIB",
+         "memory for stored /v1/responses conversations, least recently used evicted (default 64)", 0},
         {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)", 0},
         {0},
     };
@@ -245,6 +257,16 @@ int cli_serve(int argc, char **argv)
     if (pr) return pr == 1 ? 0 : 2;
     int thinking;
     if (check_flags(&f, &thinking)) return 2;
+    f.tool_family = f.tool_parser ? srv_tc_family_from_name(f.tool_parser) : -1;
+    if (f.responses_ttl <= 0 || f.responses_store_mib <= 0) {
+        fprintf(stderr, "kiln serve: --responses-ttl and --responses-store-mib must be > 0\n");
+        return 2;
+    }
+    if (f.tool_parser && f.tool_family < 0) {
+        fprintf(stderr, "kiln serve: --tool-parser must be hermes, qwen3_coder, llama3, mistral, gemma "
+                        "or none, got '%s'\n", f.tool_parser);
+        return 2;
+    }
     /* Block the stop signals in every thread (MHD's and the engine's inherit
      * this mask); the main thread takes them with sigwait. */
     sigset_t sigs;

@@ -7,7 +7,8 @@
  *   ... wait for a signal ...
  *   srv_quiesce(s);  eng_engine_stop(engine);  srv_stop(s);
  *
- * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages,
+ * POST /v1/messages/count_tokens, POST /v1/responses, GET /v1/models,
  * GET /health, GET /stats, GET /metrics, POST /tokenize, POST /detokenize
  * (docs/server.md). The server sees only engine/eng_engine.h, the tokenizer
  * and the template: never model/ or kv/.
@@ -45,6 +46,9 @@ typedef struct {
     int32_t max_queue;       /* waiting requests (for /stats) */
     int n_threads;           /* compute threads (for /stats) */
     int thinking;            /* enable_thinking default: -1 template's, 0 off, 1 on */
+    double responses_ttl_s;  /* Responses store: seconds an entry lives (default 3600) */
+    size_t responses_store_bytes; /* Responses store cap, bytes (default 64 MiB) */
+    int tool_parser;         /* srv_tc_family (srv_toolcall.h); -1 = detect from the template */
     srv_sampling_defaults defaults;
     unsigned max_connections;
     double timeout_s;        /* per-request wall-clock limit; 0 = none (then cancelled) */

@@ -43,6 +43,11 @@ void srv_chat_free(srv_chat *c)
     free(c);
 }
 
+const char *srv_chat_template_text(const srv_chat *c, bool tools)
+{
+    return tools && c->tools.template_text ? c->tools.template_text : c->base.template_text;
+}
+
 static const char *special(const tmpl_chat_files *f, const char *key)
 {
     return json_string_value(json_object_get(f->special_tokens, key));
@@ -106,6 +111,9 @@ kiln_code srv_chat_prompt(const srv_chat *c, const tok_tokenizer *tok, const srv
     *n = 0;
     if (text) *text = NULL;
     const tmpl_chat_files *f = r->tools && c->tools.template_text ? &c->tools : &c->base;
+    if (r->tools && !strstr(f->template_text, "tools"))
+        return kiln_fail(err, KILN_E_INVALID, "this model's chat template does not support tools "
+                         "(it never reads the 'tools' variable); send the request without 'tools'");
     json_t *vars = r->template_kwargs ? json_deep_copy(r->template_kwargs) : json_object();
     if (!vars) return kiln_fail(err, KILN_E_NOMEM, "prompt: out of memory");
     /* the other special tokens are template variables too (pad_token, unk_token, ...) */
@@ -123,6 +131,17 @@ kiln_code srv_chat_prompt(const srv_chat *c, const tok_tokenizer *tok, const srv
                                     special(f, "eos_token"), &out, &len, err);
     json_decref(vars);
     if (rc) return kiln_err_prefix(err, "chat template: ");
+    if (r->prefill && r->prefill[0]) {
+        size_t pl = strlen(r->prefill);
+        char *o2 = realloc(out, len + pl + 1);
+        if (!o2) {
+            free(out);
+            return kiln_fail(err, KILN_E_NOMEM, "prompt: out of memory");
+        }
+        out = o2;
+        memcpy(out + len, r->prefill, pl + 1);
+        len += pl;
+    }
     rc = srv_chat_tokenize(tok, out, len, ids, n, err);
     if (rc || !text) free(out);
     else *text = out;

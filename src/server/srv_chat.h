@@ -15,6 +15,7 @@
 #ifndef KILN_SRV_CHAT_H
 #define KILN_SRV_CHAT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "server/srv_openai.h"
@@ -29,10 +30,15 @@ kiln_code srv_chat_load(const char *model_dir, srv_chat **out, kiln_err *err);
 void srv_chat_free(srv_chat *c); /* NULL is a no-op */
 /* Renders r->messages (+ tools, template kwargs). default_thinking (-1 leave to
  * the template, 0 off, 1 on) sets enable_thinking unless the request did.
+ * Tools with a template that never reads `tools` are KILN_E_INVALID. r->prefill,
+ * when set, is appended to the rendered text (the model continues from it).
  * OUT: *ids (free), *n, *text (the rendered prompt, free; text may be NULL). */
 kiln_code srv_chat_prompt(const srv_chat *c, const tok_tokenizer *tok, const srv_request *r,
                           int default_thinking, int32_t **ids, int32_t *n, char **text,
                           kiln_err *err);
+/* The template text (the tool_use variant when tools and the model has one);
+ * BORROWED from c. */
+const char *srv_chat_template_text(const srv_chat *c, bool tools);
 /* Plain text → ids with the tokenizer's special tokens (BOS) as HF does for
  * completions. OUT: *ids (free), *n. */
 kiln_code srv_text_prompt(const tok_tokenizer *tok, const char *text, size_t len, int32_t **ids,

@@ -18,12 +18,14 @@
  */
 #include "server/srv_int.h"
 #include "server/srv_reasoning.h"
+#include "server/srv_responses.h"
 #include "server/srv_reply.h"
 #include "server/srv_json.h"
 #include "server/srv_sse.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +34,13 @@
 typedef struct {
     eng_handle *h;          /* OWNED reference; released by srv_gen_free */
     srv_think think;
+    srv_tc *tc;             /* OWNED: tool-call parser when the request has tools, else NULL */
+    srv_buf raw;            /* scratch: the think splitter's content before tc sees it */
     srv_buf content, reasoning; /* pending text: all of it (collect) or this chunk's (stream) */
+    size_t n_sent_calls;    /* tool calls already streamed */
+    int32_t reasoning_tokens; /* tokens that fell inside a think block */
+    int ant_block;          /* Anthropic stream: index of the next content block */
+    int ant_open;           /* Anthropic stream: open block kind (0 none, 1 thinking, 2 text) */
     json_t *logprobs;       /* OWNED: accumulated (collect) or this chunk's (stream) */
     int64_t text_off;       /* bytes of completion text so far (completions text_offset) */
     bool done;
@@ -51,6 +59,8 @@ struct srv_gen {
     gen_choice *c;          /* OWNED [r.n] */
     int n_done;
     bool started, finished, think;
+    srv_tc_family tc_family; /* SRV_TC_NONE: tool calls are not parsed */
+    srv_resp *resp;         /* OWNED: the Responses API output (api SRV_API_RESPONSES) */
     bool registered;        /* on s->active */
     bool timed_out;         /* cfg.timeout_s passed: every choice was cancelled */
     double t_start, t_first, t_last;
@@ -78,6 +88,79 @@ static void apply_defaults(const srv_server *s, const srv_request *r, eng_sampli
     if (!(r->set & SRV_SET_REP)) sp->repetition_penalty = d->repetition_penalty;
 }
 
+/* printf into a new string (*out OWNED); -1 on OOM. */
+static int dupf(char **out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    *out = n < 0 ? NULL : malloc((size_t)n + 1);
+    if (!*out) return -1;
+    va_start(ap, fmt);
+    vsnprintf(*out, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+/* What the model is made to write first when a call is required (the
+ * family's opening markup) or named (up to the arguments). NULL: nothing. */
+static char *tool_prefill(srv_tc_family f, const srv_request *r)
+{
+    if (r->tool_choice != SRV_TOOLS_REQUIRED && r->tool_choice != SRV_TOOLS_NAMED) return NULL;
+    bool named = r->tool_choice == SRV_TOOLS_NAMED;
+    const char *nm = named ? r->tool_name : "";
+    char *out = NULL;
+    int rc = -1;
+    switch (f) {
+    case SRV_TC_HERMES:
+        rc = named ? dupf(&out, "<tool_call>\n{\"name\": \"%s\", \"arguments\": {", nm)
+                   : dupf(&out, "<tool_call>\n");
+        break;
+    case SRV_TC_QWEN3_CODER:
+        rc = named ? dupf(&out, "<tool_call>\n<function=%s>\n", nm) : dupf(&out, "<tool_call>\n");
+        break;
+    case SRV_TC_LLAMA3:
+        rc = named ? dupf(&out, "{\"name\": \"%s\", \"parameters\": {", nm) : dupf(&out, "{\"name\": \"");
+        break;
+    case SRV_TC_MISTRAL:
+        rc = named ? dupf(&out, "[TOOL_CALLS][{\"name\": \"%s\", \"arguments\": {", nm)
+                   : dupf(&out, "[TOOL_CALLS]");
+        break;
+    case SRV_TC_GEMMA:
+        rc = named ? dupf(&out, "<start_function_call>call:%s{", nm) : dupf(&out, "<start_function_call>call:");
+        break;
+    default: break;
+    }
+    return rc < 0 ? NULL : out;
+}
+
+/* Tool calls: which parser, one per choice, and a forced opening for
+ * required/named tool_choice (the parser sees it as the model's own text). */
+static int setup_tools(srv_gen *g, srv_error *e)
+{
+    srv_request *r = &g->r;
+    g->tc_family = r->tools ? g->s->tool_family : SRV_TC_NONE;
+    if (g->tc_family == SRV_TC_NONE) return 0;
+    if (r->tool_name && strpbrk(r->tool_name, "\"<>{}\\\n")) {
+        *e = srv_error_make(KILN_E_INVALID, "tool_choice", "tool name '%.64s' has characters "
+                            "a tool-call format cannot carry", r->tool_name);
+        return -1;
+    }
+    r->prefill = tool_prefill(g->tc_family, r);
+    for (int i = 0; i < r->n; i++) {
+        kiln_err err;
+        if (srv_tc_create(g->tc_family, r->tools, &g->c[i].tc, &err)) {
+            *e = srv_error_from(&err, NULL);
+            return -1;
+        }
+        srv_buf sink = {0};
+        if (r->prefill) srv_tc_push(g->c[i].tc, r->prefill, strlen(r->prefill), &sink);
+        srv_buf_free(&sink);
+    }
+    return 0;
+}
+
 /* Prompt ids for the request; the rendered chat text decides whether the
  * model starts inside a think block. */
 static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
@@ -93,7 +176,23 @@ static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
             return -1;
         }
         char *text = NULL;
+        if (setup_tools(g, e)) return -1;
         rc = srv_chat_prompt(s->chat, s->tok, r, s->cfg.thinking, ids, n, &text, &err);
+        if (!rc && r->prefill && srv_think_prompt_open(text, strlen(text))) {
+            /* the template opened a think block: a forced call starts after closing it */
+            char *pf = NULL;
+            if (dupf(&pf, "</think>\n\n%s", r->prefill) < 0) {
+                rc = kiln_fail(&err, KILN_E_NOMEM, "out of memory");
+            } else {
+                free(r->prefill);
+                r->prefill = pf;
+                free(*ids);
+                free(text);
+                *ids = NULL;
+                text = NULL;
+                rc = srv_chat_prompt(s->chat, s->tok, r, s->cfg.thinking, ids, n, &text, &err);
+            }
+        }
         if (rc) {
             *e = srv_error_from(&err, "messages");
             return -1;
@@ -153,7 +252,7 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
     for (int i = 0; i < r->n_stop; i++) p.stop[i] = r->stop[i];
     p.n_stop = r->n_stop;
     p.ignore_eos = r->ignore_eos;
-    p.skip_special = r->skip_special;
+    p.skip_special = r->skip_special && !srv_tc_needs_special(g->tc_family);
     p.want_logprobs = r->logprobs;
     uint64_t base = r->set & SRV_SET_SEED ? r->sp.seed
                                          : mix64((uint64_t)time(NULL) ^ (atomic_fetch_add(&s->next_id, 1) << 20));
@@ -219,10 +318,17 @@ int srv_gen_start(srv_server *s, srv_request *r, srv_gen **out, srv_error *e)
     g->meta.created = (int64_t)time(NULL);
     g->meta.model = s->model_id;
     snprintf(g->meta.id, sizeof g->meta.id, "%s%016llx",
-             g->r.api == SRV_API_CHAT ? "chatcmpl-" : g->r.api == SRV_API_ANTHROPIC ? "msg_" : "cmpl-",
+             g->r.api == SRV_API_CHAT        ? "chatcmpl-"
+             : g->r.api == SRV_API_ANTHROPIC ? "msg_"
+             : g->r.api == SRV_API_RESPONSES ? "resp_"
+                                             : "cmpl-",
              (unsigned long long)mix64(atomic_fetch_add(&s->next_id, 1) ^ (uint64_t)g->meta.created));
     for (int i = 0; i < g->r.n; i++) srv_think_init(&c[i].think, false, false);
     int32_t *ids = NULL, n = 0;
+    if (g->r.api == SRV_API_RESPONSES && !(g->resp = srv_resp_new(&g->meta, &g->r))) {
+        *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory");
+        goto fail;
+    }
     if (build_prompt(g, &ids, &n, e)) goto fail;
     g->n_prompt = n;
     if (n >= s->cfg.ctx) {
@@ -254,8 +360,23 @@ static const char *finish_name(eng_finish f)
     }
 }
 
-static const char *anthropic_stop(const gen_choice *c)
+/* Tool calls the choice reports (parallel_tool_calls false: the first only). */
+static size_t n_calls(const srv_gen *g, const gen_choice *c)
 {
+    size_t n = srv_tc_count(c->tc);
+    return !g->r.parallel_tool_calls && n > 1 ? 1 : n;
+}
+
+static const char *choice_finish(const srv_gen *g, const gen_choice *c)
+{
+    if (n_calls(g, c) && (c->finish == ENG_FINISH_STOP || c->finish == ENG_FINISH_LENGTH))
+        return "tool_calls";
+    return finish_name(c->finish);
+}
+
+static const char *anthropic_stop(const srv_gen *g, const gen_choice *c)
+{
+    if (n_calls(g, c) && (c->finish == ENG_FINISH_STOP || c->finish == ENG_FINISH_LENGTH)) return "tool_use";
     if (c->finish == ENG_FINISH_LENGTH) return "max_tokens";
     return c->stop_matched ? "stop_sequence" : "end_turn";
 }
@@ -267,25 +388,87 @@ static int event(srv_buf *out, const char *name, json_t *j /* stolen */)
     return rc;
 }
 
-/* Anthropic stream: text deltas go to content block 0 (reasoning is left out). */
+/* Anthropic stream: blocks open lazily (thinking, text, tool_use), one at a time. */
+static int ant_close(gen_choice *c, srv_buf *out)
+{
+    if (!c->ant_open) return 0;
+    c->ant_open = 0;
+    return event(out, "content_block_stop",
+                 json_pack("{s:s, s:i}", "type", "content_block_stop", "index", c->ant_block++));
+}
+
+static int ant_open(gen_choice *c, srv_buf *out, int kind)
+{
+    if (c->ant_open == kind) return 0;
+    int rc = ant_close(c, out);
+    c->ant_open = kind;
+    json_t *blk = kind == 1 ? json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", "", "signature", "")
+                            : json_pack("{s:s, s:s}", "type", "text", "text", "");
+    return rc | event(out, "content_block_start", json_pack("{s:s, s:i, s:o}", "type", "content_block_start",
+                                                            "index", c->ant_block, "content_block", blk));
+}
+
+static int ant_delta(gen_choice *c, srv_buf *out, json_t *delta /* stolen */)
+{
+    return event(out, "content_block_delta", json_pack("{s:s, s:i, s:o}", "type", "content_block_delta",
+                                                       "index", c->ant_block, "delta", delta));
+}
+
 static int flush_anthropic(srv_gen *g, gen_choice *c, srv_buf *out)
 {
-    if (!c->content.len) return 0;
-    return event(out, "content_block_delta",
-                 json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", 0,
-                           "delta", "type", "text_delta", "text",
-                           srv_json_text(c->content.p, c->content.len)));
+    int rc = 0;
+    if (c->reasoning.len) {
+        rc |= ant_open(c, out, 1);
+        rc |= ant_delta(c, out, json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking",
+                                          srv_json_text(c->reasoning.p, c->reasoning.len)));
+    }
+    if (c->content.len) {
+        rc |= ant_open(c, out, 2);
+        rc |= ant_delta(c, out, json_pack("{s:s, s:o}", "type", "text_delta", "text",
+                                          srv_json_text(c->content.p, c->content.len)));
+    }
+    for (size_t n = n_calls(g, c); c->n_sent_calls < n; c->n_sent_calls++) {
+        const char *name, *args;
+        char id[48];
+        srv_tc_get(c->tc, c->n_sent_calls, &name, &args);
+        srv_reply_call_id(id, "toolu_", g->meta.id, (int)(c - g->c), c->n_sent_calls);
+        rc |= ant_close(c, out);
+        json_t *blk = srv_reply_tool_use(id, name, "{}");
+        rc |= event(out, "content_block_start", json_pack("{s:s, s:i, s:o}", "type", "content_block_start",
+                                                          "index", c->ant_block, "content_block", blk));
+        c->ant_open = 3;
+        rc |= ant_delta(c, out, json_pack("{s:s, s:o}", "type", "input_json_delta", "partial_json",
+                                          srv_json_text(args, strlen(args))));
+        rc |= ant_close(c, out);
+    }
+    return rc;
 }
 
 static int finish_anthropic(srv_gen *g, gen_choice *c, srv_buf *out)
 {
-    int rc = event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
+    int rc = 0;
+    if (!c->ant_block && !c->ant_open) rc |= ant_open(c, out, 2); /* always at least one block */
+    rc |= ant_close(c, out);
     rc |= event(out, "message_delta",
                 json_pack("{s:s, s:{s:s, s:o}, s:{s:i}}", "type", "message_delta", "delta",
-                          "stop_reason", anthropic_stop(c), "stop_sequence",
+                          "stop_reason", anthropic_stop(g, c), "stop_sequence",
                           c->stop_matched ? json_string(c->stop_matched) : json_null(), "usage",
                           "output_tokens", (int)c->completion_tokens));
     rc |= event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    return rc;
+}
+
+/* Responses: text and new calls into the response (events when out != NULL). */
+static int flush_responses(srv_gen *g, gen_choice *c, srv_buf *out)
+{
+    int rc = srv_resp_text(g->resp, out, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len);
+    for (size_t n = n_calls(g, c); c->n_sent_calls < n; c->n_sent_calls++) {
+        const char *name, *args;
+        char id[48];
+        srv_tc_get(c->tc, c->n_sent_calls, &name, &args);
+        srv_reply_call_id(id, "call_", g->meta.id, 0, c->n_sent_calls);
+        rc |= srv_resp_call(g->resp, out, id, name, args);
+    }
     return rc;
 }
 
@@ -296,9 +479,12 @@ static int flush_chunks(srv_gen *g, int idx, srv_buf *out)
     int rc = 0;
     if (g->r.api == SRV_API_ANTHROPIC) {
         rc = flush_anthropic(g, c, out);
+    } else if (g->r.api == SRV_API_RESPONSES) {
+        rc = flush_responses(g, c, out);
     } else if (g->r.api == SRV_API_CHAT) {
         if (c->reasoning.len) {
-            json_t *d = json_pack("{s:o}", "reasoning", srv_json_text(c->reasoning.p, c->reasoning.len));
+            json_t *d = json_pack("{s:o, s:o}", "reasoning", srv_json_text(c->reasoning.p, c->reasoning.len),
+                                  "reasoning_content", srv_json_text(c->reasoning.p, c->reasoning.len));
             json_t *ch = srv_reply_chunk(&g->meta, idx, d, NULL, NULL);
             rc |= !ch || srv_sse_data(out, ch);
             json_decref(ch);
@@ -309,6 +495,18 @@ static int flush_chunks(srv_gen *g, int idx, srv_buf *out)
             c->logprobs = NULL;
             rc |= !ch || srv_sse_data(out, ch);
             json_decref(ch);
+        }
+        for (size_t n = n_calls(g, c); c->n_sent_calls < n; c->n_sent_calls++) {
+            const char *name, *args;
+            char id[48];
+            srv_tc_get(c->tc, c->n_sent_calls, &name, &args);
+            srv_reply_call_id(id, "call_", g->meta.id, idx, c->n_sent_calls);
+            for (int part = 0; part < 2; part++) {
+                json_t *d = srv_reply_tool_call_delta(c->n_sent_calls, id, part ? NULL : name, args);
+                json_t *ch = srv_reply_chunk(&g->meta, idx, d, NULL, NULL);
+                rc |= !ch || srv_sse_data(out, ch);
+                json_decref(ch);
+            }
         }
     } else if (c->content.len || c->logprobs) {
         json_t *ch = srv_reply_chunk(&g->meta, idx, srv_json_text(c->content.p, c->content.len),
@@ -347,6 +545,24 @@ static void choice_done(srv_gen *g, gen_choice *c, const eng_event *ev)
                        c == g->c ? ev->cached_tokens : 0);
 }
 
+/* Text → think split → tool-call split → content / reasoning. */
+static int push_text(gen_choice *c, const char *s, size_t n)
+{
+    if (!c->tc) return srv_think_push(&c->think, s, n, &c->content, &c->reasoning);
+    srv_buf_reset(&c->raw);
+    int rc = srv_think_push(&c->think, s, n, &c->raw, &c->reasoning);
+    return rc | srv_tc_push(c->tc, c->raw.p, c->raw.len, &c->content);
+}
+
+static int flush_text(gen_choice *c)
+{
+    if (!c->tc) return srv_think_flush(&c->think, &c->content, &c->reasoning);
+    srv_buf_reset(&c->raw);
+    int rc = srv_think_flush(&c->think, &c->raw, &c->reasoning);
+    rc |= srv_tc_push(c->tc, c->raw.p, c->raw.len, &c->content);
+    return rc | srv_tc_finish(c->tc, &c->content);
+}
+
 /* Handles one event of choice idx; out is the SSE buffer when streaming. */
 static int choice_event(srv_gen *g, int idx, const eng_event *ev, srv_buf *out)
 {
@@ -359,6 +575,7 @@ static int choice_event(srv_gen *g, int idx, const eng_event *ev, srv_buf *out)
         g->n_done++;
         if (out) {
             srv_error e = srv_error_from(&ev->err, NULL);
+            if (g->r.api == SRV_API_RESPONSES) return srv_resp_fail(g->resp, out, e.message);
             json_t *j = g->r.api == SRV_API_ANTHROPIC ? srv_error_json_anthropic(&e) : srv_error_json(&e);
             rc = !j || (g->r.api == SRV_API_ANTHROPIC ? srv_sse_event(out, "error", j) : srv_sse_data(out, j));
             json_decref(j);
@@ -366,23 +583,26 @@ static int choice_event(srv_gen *g, int idx, const eng_event *ev, srv_buf *out)
         return rc ? -1 : 0;
     }
     if (ev->kind == ENG_EV_TOKEN) note_token(g);
-    if (ev->text_len) rc |= srv_think_push(&c->think, ev->text, ev->text_len, &c->content, &c->reasoning);
+    size_t reasoning_before = c->reasoning.len;
+    bool was_inside = c->think.inside;
+    if (ev->text_len) rc |= push_text(c, ev->text, ev->text_len);
+    if (ev->kind == ENG_EV_TOKEN && (was_inside || c->reasoning.len > reasoning_before)) c->reasoning_tokens++;
     if (ev->kind == ENG_EV_TOKEN && g->r.logprobs) {
         if (!c->logprobs) c->logprobs = srv_logprobs_new(g->r.api);
         rc |= !c->logprobs || srv_logprobs_add(c->logprobs, g->r.api, g->s->tok, &ev->so, c->text_off);
     }
     c->text_off += (int64_t)ev->text_len;
     if (ev->kind == ENG_EV_DONE) {
-        rc |= srv_think_flush(&c->think, &c->content, &c->reasoning);
+        rc |= flush_text(c);
         choice_done(g, c, ev);
     }
     if (!out) return rc ? -1 : 0;
     rc |= flush_chunks(g, idx, out);
     if (ev->kind == ENG_EV_DONE && g->r.api == SRV_API_ANTHROPIC) {
         rc |= finish_anthropic(g, c, out);
-    } else if (ev->kind == ENG_EV_DONE) {
+    } else if (ev->kind == ENG_EV_DONE && g->r.api != SRV_API_RESPONSES) {
         json_t *d = g->r.api == SRV_API_CHAT ? json_object() : json_string("");
-        json_t *ch = srv_reply_chunk(&g->meta, idx, d, finish_name(c->finish), NULL);
+        json_t *ch = srv_reply_chunk(&g->meta, idx, d, choice_finish(g, c), NULL);
         rc |= !ch || srv_sse_data(out, ch);
         json_decref(ch);
     }
@@ -432,8 +652,12 @@ static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
 static json_t *usage(const srv_gen *g)
 {
     int32_t completion = 0;
+    int32_t reasoning = 0;
     for (int i = 0; i < g->r.n; i++) completion += g->c[i].completion_tokens;
-    return srv_reply_usage(g->n_prompt, completion, g->c[0].cached_tokens);
+    for (int i = 0; i < g->r.n; i++) reasoning += g->c[i].reasoning_tokens;
+    json_t *u = srv_reply_usage(g->n_prompt, completion, g->c[0].cached_tokens);
+    srv_reply_usage_reasoning(u, reasoning);
+    return u;
 }
 
 static void log_done(const srv_gen *g)
@@ -441,10 +665,34 @@ static void log_done(const srv_gen *g)
     const gen_choice *c = &g->c[0];
     KLOG_INFO("srv", "req=%s api=%s n=%d prompt=%d completion=%d cached=%d finish=%s ttft_ms=%.1f "
               "total_ms=%.1f", g->meta.id,
-              g->r.api == SRV_API_CHAT ? "chat" : g->r.api == SRV_API_ANTHROPIC ? "messages" : "completions",
+              g->r.api == SRV_API_CHAT        ? "chat"
+              : g->r.api == SRV_API_ANTHROPIC ? "messages"
+              : g->r.api == SRV_API_RESPONSES ? "responses"
+                                              : "completions",
               g->r.n, (int)g->n_prompt, (int)c->completion_tokens, (int)c->cached_tokens,
               finish_name(c->finish), g->n_tokens ? (g->t_first - g->t_start) * 1e3 : 0.0,
               (plat_now() - g->t_start) * 1e3);
+}
+
+/* Responses: closes the output, stores the conversation (store: true) and
+ * returns the response object (OWNED); streaming appends response.completed. */
+static json_t *finish_responses(srv_gen *g, srv_buf *out)
+{
+    const gen_choice *c = &g->c[0];
+    const char *status = c->finish == ENG_FINISH_LENGTH && !n_calls(g, c) ? "incomplete" : "completed";
+    json_t *resp = srv_resp_end(g->resp, out, status,
+                                srv_resp_usage(g->n_prompt, c->completion_tokens, c->cached_tokens,
+                                               c->reasoning_tokens));
+    if (resp && g->r.store && g->s->rstore && c->finish != ENG_FINISH_CANCELLED) {
+        json_t *conv = json_array();
+        size_t i;
+        json_t *m;
+        json_array_foreach(g->r.messages, i, m) if (i > 0 || !g->r.instructions) json_array_append(conv, m);
+        json_array_append_new(conv, srv_resp_chat_message(g->resp));
+        srv_rstore_put(g->s->rstore, g->meta.id, conv);
+        json_decref(conv);
+    }
+    return resp;
 }
 
 /* ---------------------------------------------------------------- API */
@@ -463,12 +711,29 @@ json_t *srv_gen_collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e)
             *e = srv_error_from(&g->c[i].err, NULL);
             return NULL;
         }
+    if (g->r.api == SRV_API_RESPONSES) {
+        flush_responses(g, &g->c[0], NULL);
+        json_t *resp = finish_responses(g, NULL);
+        if (!resp) *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory building the response");
+        log_done(g);
+        return resp;
+    }
     if (g->r.api == SRV_API_ANTHROPIC) {
         gen_choice *c = &g->c[0];
-        json_t *m = srv_reply_anthropic(&g->meta, srv_json_text(c->content.p ? c->content.p : "", c->content.len),
+        size_t nc = n_calls(g, c);
+        json_t *m = srv_reply_anthropic(&g->meta, nc && !c->content.len ? NULL
+                                                  : srv_json_text(c->content.p ? c->content.p : "", c->content.len),
                                         c->reasoning.len ? srv_json_text(c->reasoning.p, c->reasoning.len) : NULL,
-                                        anthropic_stop(c), c->stop_matched, g->n_prompt,
+                                        anthropic_stop(g, c), c->stop_matched, g->n_prompt,
                                         c->completion_tokens, c->cached_tokens);
+        json_t *blocks = json_object_get(m, "content");
+        for (size_t i = 0; i < nc && blocks; i++) {
+            const char *name, *args;
+            char id[48];
+            srv_tc_get(c->tc, i, &name, &args);
+            srv_reply_call_id(id, "toolu_", g->meta.id, 0, i);
+            json_array_append_new(blocks, srv_reply_tool_use(id, name, args));
+        }
         if (!m) *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory building the response");
         log_done(g);
         return m;
@@ -489,8 +754,22 @@ json_t *srv_gen_collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e)
         json_t *reasoning = c->reasoning.len ? srv_json_text(c->reasoning.p, c->reasoning.len) : NULL;
         json_t *lp = c->logprobs;
         c->logprobs = NULL;
-        if (json_array_append_new(choices, srv_reply_choice(&g->meta, i, text, reasoning,
-                                                            finish_name(c->finish), lp))) {
+        size_t nc = n_calls(g, c);
+        if (nc && !c->content.len) {
+            json_decref(text);
+            text = NULL; /* content: null beside tool_calls, as OpenAI sends it */
+        }
+        json_t *ch = srv_reply_choice(&g->meta, i, text, reasoning, choice_finish(g, c), lp);
+        json_t *calls = nc ? json_array() : NULL;
+        for (size_t k = 0; k < nc && calls; k++) {
+            const char *name, *args;
+            char id[48];
+            srv_tc_get(c->tc, k, &name, &args);
+            srv_reply_call_id(id, "call_", g->meta.id, i, k);
+            json_array_append_new(calls, srv_reply_tool_call(id, name, args));
+        }
+        if (calls) json_object_set_new(json_object_get(ch, "message"), "tool_calls", calls);
+        if (json_array_append_new(choices, ch)) {
             json_decref(choices);
             choices = NULL;
         }
@@ -505,12 +784,10 @@ static int stream_start(srv_gen *g, srv_buf *out)
 {
     int rc = 0;
     g->started = true;
+    if (g->r.api == SRV_API_RESPONSES) return srv_resp_begin(g->resp, out);
     if (g->r.api == SRV_API_ANTHROPIC) {
         json_t *msg = srv_reply_anthropic(&g->meta, NULL, NULL, NULL, NULL, g->n_prompt, 0, 0);
         rc |= event(out, "message_start", json_pack("{s:s, s:o}", "type", "message_start", "message", msg));
-        rc |= event(out, "content_block_start",
-                    json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0,
-                              "content_block", "type", "text", "text", ""));
         return rc;
     }
     for (int i = 0; i < g->r.n; i++) {
@@ -537,6 +814,12 @@ int srv_gen_stream(srv_gen *g, srv_buf *out, int timeout_ms)
     }
     pump(g, out, timeout_ms);
     if (g->n_done < g->r.n) return 0;
+    if (g->r.api == SRV_API_RESPONSES) {
+        if (!g->c[0].errored) json_decref(finish_responses(g, out));
+        g->finished = true;
+        log_done(g);
+        return 1;
+    }
     if (g->r.api == SRV_API_ANTHROPIC) {
         g->finished = true;
         log_done(g);
@@ -565,9 +848,12 @@ void srv_gen_free(srv_gen *g)
         }
         srv_buf_free(&c->content);
         srv_buf_free(&c->reasoning);
+        srv_buf_free(&c->raw);
+        srv_tc_free(c->tc);
         json_decref(c->logprobs);
     }
     free(g->c);
+    srv_resp_free(g->resp);
     srv_request_free(&g->r);
     free(g);
 }

@@ -19,6 +19,7 @@
 #include "server/srv_anthropic.h"
 #include "server/srv_int.h"
 #include "server/srv_json.h"
+#include "server/srv_responses.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
 
@@ -41,7 +42,7 @@ typedef enum MHD_Result MHD_RESULT;
 
 /* ---------------------------------------------------------------- routes */
 
-typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_MODELS, R_HEALTH, R_STATS, R_METRICS, R_TOKENIZE, R_DETOKENIZE } route_id;
+typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_MODELS, R_HEALTH, R_STATS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COUNT_TOKENS, R_RESPONSES } route_id;
 
 typedef struct {
     const char *path;
@@ -54,6 +55,8 @@ static const route routes[] = {
     {"/v1/chat/completions", "POST", R_CHAT, 0},
     {"/v1/completions", "POST", R_COMPLETIONS, 0},
     {"/v1/messages", "POST", R_MESSAGES, 0},
+    {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS, 0},
+    {"/v1/responses", "POST", R_RESPONSES, 0},
     {"/v1/models", "GET", R_MODELS, 0},
     {"/health", "GET", R_HEALTH, 1},
     {"/stats", "GET", R_STATS, 0},
@@ -143,7 +146,7 @@ static MHD_RESULT send_error(srv_conn *cn, struct MHD_Connection *c, const srv_e
 {
     if (srv_error_status(e->kind) >= 500)
         KLOG_WARN("srv", "status=%d error=\"%s\"", srv_error_status(e->kind), e->message);
-    bool anthropic = cn->rt && cn->rt->id == R_MESSAGES;
+    bool anthropic = cn->rt && (cn->rt->id == R_MESSAGES || cn->rt->id == R_COUNT_TOKENS);
     return send_json(cn, c, srv_error_status(e->kind),
                      anthropic ? srv_error_json_anthropic(e) : srv_error_json(e));
 }
@@ -214,7 +217,9 @@ static MHD_RESULT do_generate(srv_conn *cn, struct MHD_Connection *c, srv_api ap
     kiln_err err;
     const char *b = cn->body.p ? cn->body.p : "";
     kiln_code prc = api == SRV_API_ANTHROPIC ? srv_parse_anthropic(b, cn->body.len, &r, param, &err)
-                                             : srv_parse_request(api, b, cn->body.len, &r, param, &err);
+                    : api == SRV_API_RESPONSES
+                        ? srv_parse_responses(cn->s->rstore, b, cn->body.len, &r, param, &err)
+                        : srv_parse_request(api, b, cn->body.len, &r, param, &err);
     if (prc) {
         srv_error e = srv_error_from(&err, param[0] ? param : NULL);
         return send_error(cn, c, &e);
@@ -239,10 +244,12 @@ static MHD_RESULT dispatch(srv_conn *cn, struct MHD_Connection *c)
     case R_CHAT: return do_generate(cn, c, SRV_API_CHAT);
     case R_COMPLETIONS: return do_generate(cn, c, SRV_API_COMPLETION);
     case R_MESSAGES: return do_generate(cn, c, SRV_API_ANTHROPIC);
+    case R_RESPONSES: return do_generate(cn, c, SRV_API_RESPONSES);
     case R_MODELS: status = srv_route_models(s, &body); break;
     case R_HEALTH: status = srv_route_health(s, &body); break;
     case R_STATS: status = srv_route_stats(s, &body); break;
     case R_TOKENIZE: status = srv_route_tokenize(s, b, cn->body.len, &body); break;
+    case R_COUNT_TOKENS: status = srv_route_count_tokens(s, b, cn->body.len, &body); break;
     case R_DETOKENIZE: status = srv_route_detokenize(s, b, cn->body.len, &body); break;
     case R_METRICS: {
         srv_buf t = {0};
@@ -417,6 +424,9 @@ srv_config srv_config_default(void)
         .batch = 8,
         .max_queue = 64,
         .thinking = -1,
+        .tool_parser = -1,
+        .responses_ttl_s = 3600,
+        .responses_store_bytes = (size_t)64 << 20,
         .defaults = {.temperature = 0.7f, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .top_k = 0},
         .max_connections = 512,
     };
@@ -440,6 +450,10 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
     s->api_key = c->api_key && c->api_key[0] ? strdup(c->api_key) : NULL;
     s->metrics = srv_metrics_new();
     s->t_start = plat_now();
+    if (srv_rstore_create(c->responses_ttl_s, c->responses_store_bytes, &s->rstore, err)) {
+        srv_stop(s);
+        return err ? err->code : KILN_E_NOMEM;
+    }
     if (!s->host || !s->model_id || (c->model_dir && !s->model_dir) || !s->metrics ||
         (c->api_key && c->api_key[0] && !s->api_key)) {
         srv_stop(s);
@@ -486,6 +500,11 @@ kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
             return kiln_err_prefix(err, "chat template: ");
         }
     }
+    s->tool_family = s->cfg.tool_parser >= 0 ? (srv_tc_family)s->cfg.tool_parser
+                     : s->chat ? srv_tc_detect(srv_chat_template_text(s->chat, true), s->tok)
+                               : SRV_TC_NONE;
+    KLOG_INFO("srv", "tool_parser=%s%s", srv_tc_family_name(s->tool_family),
+              s->cfg.tool_parser >= 0 ? " (--tool-parser)" : "");
     atomic_store(&s->engine, m->engine);
     return KILN_OK;
 }
@@ -523,6 +542,7 @@ void srv_stop(srv_server *s)
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (s->listen_fd >= 0) close(s->listen_fd);
     srv_chat_free(s->chat);
+    srv_rstore_destroy(s->rstore);
     srv_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

@@ -13,6 +13,8 @@
 #include "server/srv_error.h"
 #include "server/srv_metrics.h"
 #include "server/srv_openai.h"
+#include "server/srv_rstore.h"
+#include "server/srv_toolcall.h"
 
 struct MHD_Daemon;
 typedef struct srv_gen srv_gen;
@@ -26,6 +28,8 @@ struct srv_server {
     _Atomic(eng_engine *) engine; /* BORROWED; NULL until srv_attach */
     const tok_tokenizer *tok;     /* BORROWED; set before engine */
     srv_chat *chat;               /* OWNED; NULL: no chat template */
+    srv_rstore *rstore;           /* OWNED: Responses API store (previous_response_id) */
+    srv_tc_family tool_family;    /* how tool calls are parsed (set by srv_attach) */
     srv_metrics *metrics;         /* OWNED */
     _Atomic int stopping;         /* set by srv_quiesce: new requests get 503 */
     _Atomic uint64_t next_id;     /* request ids and unseeded RNG seeds */
@@ -60,6 +64,7 @@ int srv_route_health(srv_server *s, json_t **body);
 int srv_route_stats(srv_server *s, json_t **body);
 int srv_route_metrics(srv_server *s, srv_buf *text);
 int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body);
+int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **body);
 int srv_route_detokenize(srv_server *s, const char *req, size_t len, json_t **body);
 
 #endif

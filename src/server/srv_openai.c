@@ -8,6 +8,7 @@
  * Threads: no shared state; any HTTP thread.
  */
 #include "server/srv_openai.h"
+#include "server/srv_toolreq.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -184,12 +185,7 @@ static kiln_code parse_messages(const json_t *root, srv_request *r, char *param,
         json_object_set_new(copy, "content", content);
         if (!strcmp(rs, "developer")) json_object_set_new(copy, "role", json_string("system"));
     }
-    json_t *tools = field(root, "tools");
-    if (tools) {
-        if (!json_is_array(tools)) return bad(err, param, "tools", "'%s' must be an array, got %s", type_name(tools));
-        if (json_array_size(tools)) r->tools = json_incref(tools);
-    }
-    return KILN_OK;
+    return srv_parse_tools(root, r, param, err);
 }
 
 /* ---------------------------------------------------------------- prompt (completions) */
@@ -424,6 +420,7 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
     out->n = 1;
     out->skip_special = true;
     out->add_generation_prompt = true;
+    out->parallel_tool_calls = true;
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -452,6 +449,9 @@ void srv_request_free(srv_request *r)
     free(r->model);
     json_decref(r->messages);
     json_decref(r->tools);
+    free(r->tool_name);
+    free(r->prefill);
+    free(r->previous_response_id);
     json_decref(r->template_kwargs);
     free(r->prompt);
     free(r->prompt_ids);

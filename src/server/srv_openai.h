@@ -24,7 +24,7 @@
 
 #include "engine/eng_engine.h"
 
-typedef enum { SRV_API_CHAT, SRV_API_COMPLETION, SRV_API_ANTHROPIC } srv_api;
+typedef enum { SRV_API_CHAT, SRV_API_COMPLETION, SRV_API_ANTHROPIC, SRV_API_RESPONSES } srv_api;
 
 /* Which sampling fields the request gave (the rest come from server defaults). */
 enum {
@@ -38,11 +38,19 @@ enum {
 
 #define SRV_MAX_N 16 /* most choices one request may ask for */
 
+/* tool_choice */
+typedef enum { SRV_TOOLS_AUTO, SRV_TOOLS_NONE, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED } srv_tool_choice;
+
 typedef struct {
     srv_api api;
     char *model;             /* OWNED; NULL when absent */
     json_t *messages;        /* OWNED (chat): normalized copy, content a string or null */
-    json_t *tools;           /* OWNED or NULL */
+    json_t *tools;           /* OWNED or NULL (never an empty array) */
+    srv_tool_choice tool_choice;
+    char *tool_name;         /* OWNED: the function tool_choice names (SRV_TOOLS_NAMED) */
+    bool parallel_tool_calls; /* default true; false keeps the first call only */
+    char *prefill;           /* OWNED or NULL: text appended to the rendered prompt, as if the
+                                model had written it (a forced tool-call opening) */
     json_t *template_kwargs; /* OWNED object, never NULL after a successful parse */
     bool thinking_set;       /* the request decided enable_thinking (kwargs or reasoning_effort) */
     bool add_generation_prompt;
@@ -60,6 +68,10 @@ typedef struct {
     int32_t top_logprobs;    /* 0..ENG_MAX_TOP_LOGPROBS */
     int32_t n;               /* 1..SRV_MAX_N */
     bool stream, include_usage, echo, ignore_eos, skip_special;
+    /* Responses API (srv_responses.c) */
+    bool store;              /* keep this response for previous_response_id */
+    bool instructions;       /* messages[0] came from `instructions` (not carried on) */
+    char *previous_response_id; /* OWNED or NULL */
 } srv_request;
 
 /* API */

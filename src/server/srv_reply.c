@@ -7,6 +7,7 @@
 #include "server/srv_reply.h"
 #include "server/srv_json.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,8 +66,13 @@ json_t *srv_reply_choice(const srv_reply_meta *m, int index, json_t *text, json_
                          opt(logprobs), "finish_reason", fin);
     }
     json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", opt(text));
-    if (msg && reasoning) json_object_set_new(msg, "reasoning", reasoning);
-    else json_decref(reasoning);
+    if (msg && reasoning) {
+        /* both spellings: `reasoning` (vLLM, OpenRouter) and `reasoning_content` (DeepSeek, llama.cpp) */
+        json_object_set(msg, "reasoning_content", reasoning);
+        json_object_set_new(msg, "reasoning", reasoning);
+    } else {
+        json_decref(reasoning);
+    }
     return json_pack("{s:i, s:o, s:o, s:o}", "index", index, "message", msg, "logprobs",
                      opt(logprobs), "finish_reason", fin);
 }
@@ -98,6 +104,50 @@ json_t *srv_reply_anthropic(const srv_reply_meta *m, json_t *text, json_t *think
                      stop_sequence ? srv_json_text(stop_sequence, strlen(stop_sequence)) : json_null(),
                      "usage", "input_tokens", (int)input_tokens, "output_tokens", (int)output_tokens,
                      "cache_creation_input_tokens", 0, "cache_read_input_tokens", (int)cached_tokens);
+}
+
+/* ---------------------------------------------------------------- tool calls */
+
+void srv_reply_call_id(char out[48], const char *prefix, const char *req_id, int choice, size_t i)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the request id, then choice and index */
+    for (const char *p = req_id; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    h = (h ^ (uint64_t)choice) * 1099511628211ull;
+    h = (h ^ (uint64_t)i) * 1099511628211ull;
+    h ^= h >> 29;
+    uint64_t h2 = (h ^ 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
+    h2 ^= h2 >> 31;
+    snprintf(out, 48, "%s%016llx%08x", prefix, (unsigned long long)h, (unsigned)(h2 >> 32));
+}
+
+json_t *srv_reply_tool_call(const char *id, const char *name, const char *args)
+{
+    return json_pack("{s:s, s:s, s:{s:o, s:o}}", "id", id, "type", "function", "function", "name",
+                     srv_json_text(name, strlen(name)), "arguments", srv_json_text(args, strlen(args)));
+}
+
+json_t *srv_reply_tool_call_delta(size_t i, const char *id, const char *name, const char *args)
+{
+    if (name)
+        return json_pack("{s:[{s:i, s:s, s:s, s:{s:o, s:s}}]}", "tool_calls", "index", (json_int_t)i,
+                         "id", id, "type", "function", "function", "name",
+                         srv_json_text(name, strlen(name)), "arguments", "");
+    return json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", (json_int_t)i, "function",
+                     "arguments", srv_json_text(args, strlen(args)));
+}
+
+json_t *srv_reply_tool_use(const char *id, const char *name, const char *args)
+{
+    json_t *input = json_loads(args, JSON_ALLOW_NUL, NULL);
+    return json_pack("{s:s, s:s, s:o, s:o}", "type", "tool_use", "id", id, "name",
+                     srv_json_text(name, strlen(name)), "input", input ? input : json_object());
+}
+
+void srv_reply_usage_reasoning(json_t *usage, int32_t reasoning_tokens)
+{
+    if (usage)
+        json_object_set_new(usage, "completion_tokens_details",
+                            json_pack("{s:i}", "reasoning_tokens", (json_int_t)reasoning_tokens));
 }
 
 /* ---------------------------------------------------------------- logprobs */

@@ -46,6 +46,18 @@ json_t *srv_reply_anthropic(const srv_reply_meta *m, json_t *text /* stolen or N
                             const char *stop_sequence, int32_t input_tokens,
                             int32_t output_tokens, int32_t cached_tokens);
 
+/* Tool calls. An id unique to (request, choice, call): prefix "call_" or "toolu_". */
+void srv_reply_call_id(char out[48], const char *prefix, const char *req_id, int choice, size_t i);
+/* OpenAI message.tool_calls entry: {id, type: "function", function: {name, arguments}}. */
+json_t *srv_reply_tool_call(const char *id, const char *name, const char *args);
+/* Streaming: the deltas of call i — first {index, id, type, function: {name,
+ * arguments: ""}}, then {index, function: {arguments}}; each a delta object. */
+json_t *srv_reply_tool_call_delta(size_t i, const char *id, const char *name, const char *args);
+/* Anthropic tool_use block {type, id, name, input} (input parsed from args). */
+json_t *srv_reply_tool_use(const char *id, const char *name, const char *args);
+/* Adds completion_tokens_details.reasoning_tokens to an OpenAI usage object. */
+void srv_reply_usage_reasoning(json_t *usage, int32_t reasoning_tokens);
+
 /* Logprobs. Chat: {"content": [entry...]} with entry {token, logprob, bytes,
  * top_logprobs: [{token, logprob, bytes}]}. Completions: {tokens,
  * token_logprobs, top_logprobs: [{token: logprob}], text_offset}. */

@@ -1,10 +1,11 @@
 /*
  * srv_routes.c — the routes that do not generate: /v1/models, /health,
- * /stats, /metrics, /tokenize, /detokenize. Each returns an HTTP status and a
+ * /stats, /metrics, /tokenize, /detokenize, /v1/messages/count_tokens. Each returns an HTTP status and a
  * body; srv_http.c sends it.
  * Threads: any HTTP thread; reads the engine through eng_get_stats only.
  */
 #include "server/srv_int.h"
+#include "server/srv_anthropic.h"
 #include "server/srv_json.h"
 #include "util/plat.h"
 
@@ -83,6 +84,13 @@ int srv_route_stats(srv_server *s, json_t **body)
         (json_int_t)st.completion_tokens, "cached", (json_int_t)st.cached_tokens,
         "engine", "steps", (json_int_t)st.steps, "step_tokens", (json_int_t)st.step_tokens,
         "preemptions", (json_int_t)st.preemptions, "busy_s", st.busy_s);
+    srv_rstore_stats rs = srv_rstore_get_stats(s->rstore);
+    if (j)
+        json_object_set_new(j, "responses_store",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "entries", (json_int_t)rs.entries,
+                                      "bytes", (json_int_t)rs.bytes, "stored", (json_int_t)rs.stored, "hits",
+                                      (json_int_t)rs.hits, "misses", (json_int_t)rs.misses, "evicted",
+                                      (json_int_t)rs.evicted, "expired", (json_int_t)rs.expired));
     *body = j;
     return j ? 200 : 500;
 }
@@ -147,6 +155,30 @@ int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body
     *body = json_pack("{s:o, s:i, s:i}", "tokens", arr ? arr : json_null(), "count", (int)n,
                       "max_model_len", (int)s->cfg.ctx);
     return *body ? 200 : 500;
+}
+
+int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **body)
+{
+    if (!atomic_load(&s->engine)) return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
+    srv_request r;
+    char param[64];
+    kiln_err err;
+    int32_t *ids = NULL, n = 0;
+    kiln_code rc = srv_parse_anthropic_ex(req, len, true, &r, param, &err);
+    if (rc) goto fail;
+    rc = s->chat ? srv_chat_prompt(s->chat, s->tok, &r, s->cfg.thinking, &ids, &n, NULL, &err)
+                 : kiln_fail(&err, KILN_E_INVALID, "the model has no chat template");
+    srv_request_free(&r);
+    free(ids);
+    param[0] = 0;
+    if (rc) goto fail;
+    *body = json_pack("{s:i}", "input_tokens", (int)n);
+    return *body ? 200 : 500;
+fail: {
+    srv_error e = srv_error_from(&err, param[0] ? param : NULL);
+    *body = srv_error_json_anthropic(&e);
+    return srv_error_status(e.kind);
+}
 }
 
 int srv_route_detokenize(srv_server *s, const char *req, size_t len, json_t **body)

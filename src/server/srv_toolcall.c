@@ -1,0 +1,658 @@
+/*
+ * srv_toolcall.c — per-family tool-call parsers behind one incremental
+ * splitter (see srv_toolcall.h).
+ *
+ * States, and the function that moves each:
+ *   TEXT -> CALL   scan_text()   a start marker appears outside a ``` block
+ *   CALL -> TEXT   scan_call()   the call parsed (appended to calls) or was
+ *                                malformed (its text goes to content)
+ * Invariants:
+ *   (1) in TEXT, buf holds only bytes that might still begin a marker, a
+ *       code fence, or whitespace after a call: never more than one marker
+ *   (2) in CALL, buf starts with the marker that opened the call
+ *   (3) no byte of a parsed call ever reaches content
+ * Threads: one parser per choice, used by one thread.
+ * Errors: only out of memory; bad markup is content, never an error.
+ */
+#include "server/srv_toolcall.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- types */
+
+typedef struct {
+    char *name; /* OWNED */
+    char *args; /* OWNED: compact JSON object */
+} tc_call;
+
+struct srv_tc {
+    srv_tc_family f;
+    const json_t *tools; /* BORROWED: the request's tools, for schema coercion */
+    bool in_call;        /* state CALL */
+    bool in_fence;       /* inside a ``` block: markers are text */
+    bool any_text;       /* non-space content already emitted (llama3 bare JSON only first) */
+    bool after_call;     /* drop the whitespace (and llama3 ';') between calls */
+    srv_buf buf;         /* OWNED: unprocessed bytes (invariants 1, 2) */
+    tc_call *calls;      /* OWNED [n_calls] */
+    size_t n_calls, cap_calls;
+};
+
+static const char *const FAMILY_NAMES[SRV_TC_COUNT] = {
+    [SRV_TC_NONE] = "none",       [SRV_TC_HERMES] = "hermes", [SRV_TC_QWEN3_CODER] = "qwen3_coder",
+    [SRV_TC_LLAMA3] = "llama3",   [SRV_TC_MISTRAL] = "mistral", [SRV_TC_GEMMA] = "gemma",
+};
+
+#define M_TOOL_CALL "<tool_call>"
+#define M_FUNCTION "<function="
+#define M_PYTHON "<|python_tag|>"
+#define M_MISTRAL "[TOOL_CALLS]"
+#define M_GEMMA "<start_function_call>"
+
+/* Start markers of each family (NULL-terminated). */
+static const char *const *markers(srv_tc_family f)
+{
+    static const char *const hermes[] = {M_TOOL_CALL, M_FUNCTION, NULL};
+    static const char *const llama[] = {M_PYTHON, NULL};
+    static const char *const mistral[] = {M_MISTRAL, NULL};
+    static const char *const gemma[] = {M_GEMMA, NULL};
+    static const char *const none[] = {NULL};
+    switch (f) {
+    case SRV_TC_HERMES:
+    case SRV_TC_QWEN3_CODER: return hermes;
+    case SRV_TC_LLAMA3: return llama;
+    case SRV_TC_MISTRAL: return mistral;
+    case SRV_TC_GEMMA: return gemma;
+    default: return none;
+    }
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+static const char *find(const char *s, size_t n, const char *lit)
+{
+    size_t l = strlen(lit);
+    for (size_t i = 0; i + l <= n; i++)
+        if (s[i] == lit[0] && !memcmp(s + i, lit, l)) return s + i;
+    return NULL;
+}
+
+static size_t skip_space(const char *s, size_t n, size_t i)
+{
+    while (i < n && is_space(s[i])) i++;
+    return i;
+}
+
+/* End (one past) of the JSON object or array starting at s[0]: 0 while it is
+ * incomplete, (size_t)-1 when s[0] opens neither. Strings and escapes are skipped. */
+static size_t json_extent(const char *s, size_t n)
+{
+    if (!n) return 0;
+    if (s[0] != '{' && s[0] != '[') return (size_t)-1;
+    int depth = 0;
+    bool str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (str) {
+            if (c == '\\') i++;
+            else if (c == '"') str = false;
+        } else if (c == '"') {
+            str = true;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth == 0) return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* The JSON schema "type" of parameter `param` of tool `name`, or NULL. */
+static const char *param_type(const json_t *tools, const char *name, const char *param, size_t plen)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        if (!fn) fn = t; /* flat tools (Responses API) */
+        const char *n = json_string_value(json_object_get(fn, "name"));
+        if (!n || strcmp(n, name)) continue;
+        json_t *props = json_object_get(json_object_get(fn, "parameters"), "properties");
+        if (!props) props = json_object_get(json_object_get(fn, "input_schema"), "properties");
+        const char *k;
+        json_t *v;
+        json_object_foreach(props, k, v) {
+            if (strlen(k) != plen || memcmp(k, param, plen)) continue;
+            json_t *ty = json_object_get(v, "type");
+            if (json_is_array(ty)) { /* ["integer", "null"]: the first non-null */
+                size_t j;
+                json_t *e;
+                json_array_foreach(ty, j, e) {
+                    const char *s = json_string_value(e);
+                    if (s && strcmp(s, "null")) return s;
+                }
+                return NULL;
+            }
+            return json_string_value(ty);
+        }
+    }
+    return NULL;
+}
+
+/* A value the format gave as text, as JSON: the schema's type decides; with
+ * no schema, `guess` tries JSON first (gemma's bare 42/true) else a string. */
+static json_t *coerce(const char *v, size_t n, const char *type, bool guess)
+{
+    if (!type && !guess) return json_stringn(v, n);
+    if (type && !strcmp(type, "string")) return json_stringn(v, n);
+    json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
+    if (j && type && !strcmp(type, "integer") && json_is_real(j) &&
+        json_real_value(j) == (double)(json_int_t)json_real_value(j)) {
+        json_t *k = json_integer((json_int_t)json_real_value(j));
+        json_decref(j);
+        j = k;
+    }
+    return j ? j : json_stringn(v, n);
+}
+
+static int add_call(srv_tc *p, const char *name, size_t nlen, json_t *args /* stolen */)
+{
+    int rc = -1;
+    if (!args || !nlen) goto out;
+    for (size_t i = 0; i < nlen; i++) /* a name is text: no NUL or control bytes */
+        if ((unsigned char)name[i] < 0x20) goto out;
+    if (p->n_calls == p->cap_calls) {
+        size_t cap = p->cap_calls ? p->cap_calls * 2 : 4;
+        tc_call *nc = realloc(p->calls, cap * sizeof *nc);
+        if (!nc) goto out;
+        p->calls = nc;
+        p->cap_calls = cap;
+    }
+    tc_call c = {strndup(name, nlen), json_dumps(args, JSON_COMPACT)};
+    if (!c.name || !c.args) {
+        free(c.name);
+        free(c.args);
+        goto out;
+    }
+    p->calls[p->n_calls++] = c;
+    rc = 0;
+out:
+    json_decref(args);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- families */
+
+/* {"name": N, "arguments"|"parameters": {...} or "{...}"} → a call. */
+static int json_call(srv_tc *p, const json_t *o)
+{
+    const char *name = json_string_value(json_object_get(o, "name"));
+    json_t *a = json_object_get(o, "arguments");
+    if (!a) a = json_object_get(o, "parameters");
+    if (!name || !json_is_object(o)) return -1;
+    json_t *args;
+    if (!a || json_is_null(a)) args = json_object();
+    else if (json_is_string(a)) args = json_loads(json_string_value(a), 0, NULL);
+    else args = json_incref(a);
+    if (!json_is_object(args)) {
+        json_decref(args);
+        return -1;
+    }
+    return add_call(p, name, strlen(name), args);
+}
+
+/* Parses s[0..n) as JSON and adds the call(s) in it (an object, or an array
+ * of objects). Calls are added only when all of them are valid. */
+static int json_calls(srv_tc *p, const char *s, size_t n)
+{
+    json_t *j = json_loadb(s, n, 0, NULL);
+    if (!j) return -1;
+    size_t before = p->n_calls;
+    int rc = 0;
+    if (json_is_array(j) && json_array_size(j)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(j, i, e) if ((rc = json_call(p, e))) break;
+    } else {
+        rc = json_call(p, j);
+    }
+    json_decref(j);
+    if (rc) {
+        while (p->n_calls > before) {
+            p->n_calls--;
+            free(p->calls[p->n_calls].name);
+            free(p->calls[p->n_calls].args);
+        }
+    }
+    return rc;
+}
+
+/* <function=N><parameter=P>\nV\n</parameter>...</function> (s[0..n) is
+ * exactly that, surrounding whitespace aside). */
+static int xml_call(srv_tc *p, const char *s, size_t n)
+{
+    size_t i = skip_space(s, n, 0);
+    size_t ml = strlen(M_FUNCTION);
+    if (n - i < ml || memcmp(s + i, M_FUNCTION, ml)) return -1;
+    i += ml;
+    const char *gt = memchr(s + i, '>', n - i);
+    if (!gt) return -1;
+    const char *name = s + i;
+    size_t nlen = (size_t)(gt - name);
+    while (nlen && is_space(name[nlen - 1])) nlen--;
+    char fname[256];
+    if (!nlen || nlen >= sizeof fname || memchr(name, '<', nlen)) return -1;
+    memcpy(fname, name, nlen);
+    fname[nlen] = 0;
+    i = (size_t)(gt - s) + 1;
+    json_t *args = json_object();
+    if (!args) return -1;
+    for (;;) {
+        i = skip_space(s, n, i);
+        if (n - i >= 11 && !memcmp(s + i, "</function>", 11)) {
+            i = skip_space(s, n, i + 11);
+            if (i != n) break;
+            return add_call(p, fname, nlen, args);
+        }
+        if (n - i < 11 || memcmp(s + i, "<parameter=", 11)) break;
+        i += 11;
+        const char *pg = memchr(s + i, '>', n - i);
+        if (!pg) break;
+        const char *pname = s + i;
+        size_t plen = (size_t)(pg - pname);
+        i = (size_t)(pg - s) + 1;
+        const char *v = s + i;
+        const char *e1 = find(v, n - i, "</parameter>"), *e2 = find(v, n - i, "<parameter="),
+                   *e3 = find(v, n - i, "</function>");
+        const char *end = e1;
+        if (!end || (e2 && e2 < end)) end = e2;
+        if (!end || (e3 && e3 < end)) end = e3;
+        if (!end) break;
+        size_t vlen = (size_t)(end - v);
+        i = (size_t)(end - s) + (end == e1 ? 12 : 0);
+        if (vlen && v[0] == '\n') v++, vlen--;
+        if (vlen && v[vlen - 1] == '\n') vlen--;
+        char key[256];
+        if (!plen || plen >= sizeof key) break;
+        memcpy(key, pname, plen);
+        key[plen] = 0;
+        json_object_set_new(args, key, coerce(v, vlen, param_type(p->tools, fname, pname, plen), false));
+    }
+    json_decref(args);
+    return -1;
+}
+
+/* Gemma's value syntax → JSON: <escape>text<escape> is a string, {k:v,...}
+ * an object, [v,...] an array, anything else a bare token (42, true). */
+static json_t *gemma_value(srv_tc *p, const char *s, size_t n, size_t *i, const char *fn,
+                           const char *type);
+
+static json_t *gemma_object(srv_tc *p, const char *s, size_t n, size_t *i, const char *fn)
+{
+    json_t *o = json_object();
+    (*i)++; /* '{' */
+    for (;;) {
+        *i = skip_space(s, n, *i);
+        if (*i < n && s[*i] == '}') {
+            (*i)++;
+            return o;
+        }
+        size_t k0 = *i;
+        while (*i < n && s[*i] != ':' && s[*i] != '}') (*i)++;
+        if (*i >= n || s[*i] != ':' || *i == k0) break;
+        char key[256];
+        size_t kl = *i - k0;
+        if (kl >= sizeof key) break;
+        memcpy(key, s + k0, kl);
+        key[kl] = 0;
+        (*i)++;
+        json_t *v = gemma_value(p, s, n, i, fn, fn ? param_type(p->tools, fn, key, kl) : NULL);
+        if (!v) break;
+        json_object_set_new(o, key, v);
+        *i = skip_space(s, n, *i);
+        if (*i < n && s[*i] == ',') (*i)++;
+    }
+    json_decref(o);
+    return NULL;
+}
+
+static json_t *gemma_value(srv_tc *p, const char *s, size_t n, size_t *i, const char *fn,
+                           const char *type)
+{
+    static const char ESC[] = "<escape>";
+    *i = skip_space(s, n, *i);
+    if (*i >= n) return NULL;
+    if (n - *i >= 8 && !memcmp(s + *i, ESC, 8)) {
+        const char *e = find(s + *i + 8, n - *i - 8, ESC);
+        if (!e) return NULL;
+        const char *v = s + *i + 8;
+        *i = (size_t)(e - s) + 8;
+        return coerce(v, (size_t)(e - v), type ? type : "string", false);
+    }
+    if (s[*i] == '{') return gemma_object(p, s, n, i, NULL);
+    if (s[*i] == '[') {
+        json_t *a = json_array();
+        (*i)++;
+        for (;;) {
+            *i = skip_space(s, n, *i);
+            if (*i < n && s[*i] == ']') {
+                (*i)++;
+                return a;
+            }
+            json_t *v = gemma_value(p, s, n, i, NULL, NULL);
+            if (!v) break;
+            json_array_append_new(a, v);
+            *i = skip_space(s, n, *i);
+            if (*i < n && s[*i] == ',') (*i)++;
+        }
+        json_decref(a);
+        return NULL;
+    }
+    size_t v0 = *i;
+    while (*i < n && s[*i] != ',' && s[*i] != '}' && s[*i] != ']') (*i)++;
+    size_t vl = *i - v0;
+    while (vl && is_space(s[v0 + vl - 1])) vl--;
+    return vl ? coerce(s + v0, vl, type, true) : NULL;
+}
+
+/* call:N{...} (s[0..n) is exactly that). */
+static int gemma_call(srv_tc *p, const char *s, size_t n)
+{
+    size_t i = skip_space(s, n, 0);
+    if (n - i < 5 || memcmp(s + i, "call:", 5)) return -1;
+    i += 5;
+    size_t n0 = i;
+    while (i < n && s[i] != '{' && !is_space(s[i])) i++;
+    char fname[256];
+    size_t nl = i - n0;
+    if (!nl || nl >= sizeof fname || i >= n || s[i] != '{') return -1;
+    memcpy(fname, s + n0, nl);
+    fname[nl] = 0;
+    json_t *o = gemma_object(p, s, n, &i, fname);
+    if (!o || skip_space(s, n, i) != n) {
+        json_decref(o);
+        return -1;
+    }
+    return add_call(p, fname, nl, o);
+}
+
+/* One call starting at buf[0] (a marker, or llama3's bare '{').
+ * Returns 1 parsed (*used bytes), 0 incomplete, -1 malformed (*used bytes are content). */
+typedef int (*call_fn)(srv_tc *p, const char *s, size_t n, bool final, size_t *used);
+
+static int tagged(srv_tc *p, const char *s, size_t n, bool final, size_t *used, const char *open,
+                  const char *close, int (*body)(srv_tc *, const char *, size_t))
+{
+    size_t ol = strlen(open), cl = strlen(close);
+    const char *e = find(s + ol, n - ol, close);
+    if (!e && !final) return 0;
+    size_t end = e ? (size_t)(e - s) : n;
+    *used = e ? end + cl : n;
+    return body(p, s + ol, end - ol) ? -1 : 1;
+}
+
+static int body_tool_call(srv_tc *p, const char *s, size_t n)
+{
+    size_t i = skip_space(s, n, 0);
+    if (i < n && s[i] == '{') return json_calls(p, s, n);
+    return xml_call(p, s, n);
+}
+
+static int call_hermes(srv_tc *p, const char *s, size_t n, bool final, size_t *used)
+{
+    if (!memcmp(s, M_TOOL_CALL, strlen(M_TOOL_CALL)))
+        return tagged(p, s, n, final, used, M_TOOL_CALL, "</tool_call>", body_tool_call);
+    /* a bare <function=...>...</function> */
+    const char *e = find(s, n, "</function>");
+    if (!e && !final) return 0;
+    *used = e ? (size_t)(e - s) + 11 : n;
+    return xml_call(p, s, *used) ? -1 : 1;
+}
+
+static int call_gemma(srv_tc *p, const char *s, size_t n, bool final, size_t *used)
+{
+    return tagged(p, s, n, final, used, M_GEMMA, "<end_function_call>", gemma_call);
+}
+
+static int call_llama3(srv_tc *p, const char *s, size_t n, bool final, size_t *used)
+{
+    size_t i = 0, ml = strlen(M_PYTHON);
+    if (n >= ml && !memcmp(s, M_PYTHON, ml)) i = ml;
+    i = skip_space(s, n, i);
+    size_t x = json_extent(s + i, n - i);
+    if (x == 0 && !final) return 0;
+    if (x == 0 || x == (size_t)-1) {
+        *used = n;
+        return -1;
+    }
+    *used = i + x;
+    return json_calls(p, s + i, x) ? -1 : 1;
+}
+
+static int call_mistral(srv_tc *p, const char *s, size_t n, bool final, size_t *used)
+{
+    size_t i = skip_space(s, n, strlen(M_MISTRAL));
+    *used = n;
+    if (i >= n) return final ? -1 : 0;
+    if (s[i] == '[' || s[i] == '{') { /* v3: a JSON array of calls */
+        size_t x = json_extent(s + i, n - i);
+        if (x == 0) return final ? -1 : 0;
+        *used = i + x;
+        return json_calls(p, s + i, x) ? -1 : 1;
+    }
+    /* v11: NAME[ARGS]{...} (a [CALL_ID]id may sit between) */
+    const char *a = find(s + i, n - i, "[ARGS]");
+    if (!a) return final ? -1 : 0;
+    size_t nl = 0;
+    while (i + nl < (size_t)(a - s) && s[i + nl] != '[') nl++;
+    size_t j = (size_t)(a - s) + 6;
+    size_t x = json_extent(s + j, n - j);
+    if (x == 0) return final ? -1 : 0;
+    if (x == (size_t)-1) return -1;
+    *used = j + x;
+    json_t *args = json_loadb(s + j, x, 0, NULL);
+    if (!json_is_object(args) || !nl) {
+        json_decref(args);
+        return -1;
+    }
+    return add_call(p, s + i, nl, args) ? -1 : 1;
+}
+
+static call_fn call_parser(srv_tc_family f)
+{
+    switch (f) {
+    case SRV_TC_LLAMA3: return call_llama3;
+    case SRV_TC_MISTRAL: return call_mistral;
+    case SRV_TC_GEMMA: return call_gemma;
+    default: return call_hermes;
+    }
+}
+
+/* ---------------------------------------------------------------- splitter */
+
+static int emit(srv_tc *p, const char *s, size_t n, srv_buf *content)
+{
+    for (size_t i = 0; i < n && !p->any_text; i++)
+        if (!is_space(s[i])) p->any_text = true;
+    return srv_buf_add(content, s, n);
+}
+
+/* How buf[i..) relates to a marker or fence: 2 a full match (*ml its
+ * length), 1 a proper prefix (hold back), 0 neither. */
+static int marker_at(const srv_tc *p, const char *s, size_t n, size_t i, bool final, bool text_before,
+                     size_t *ml)
+{
+    const char *fence = "```";
+    size_t left = n - i;
+    if (s[i] == '`') {
+        if (left >= 3 && !memcmp(s + i, fence, 3)) {
+            *ml = 3;
+            return 3;
+        }
+        return !final && left < 3 && !memcmp(s + i, fence, left) ? 1 : 0;
+    }
+    if (p->in_fence) return 0;
+    for (const char *const *m = markers(p->f); *m; m++) {
+        size_t l = strlen(*m);
+        if (left >= l ? !memcmp(s + i, *m, l) : (!final && !memcmp(s + i, *m, left))) {
+            *ml = l;
+            return left >= l ? 2 : 1;
+        }
+    }
+    if (p->f == SRV_TC_LLAMA3 && !p->any_text && !text_before && s[i] == '{') {
+        *ml = 0;
+        return 2;
+    }
+    return 0;
+}
+
+/* TEXT: emits what is content; returns 1 when a call starts at buf[0]. */
+static int scan_text(srv_tc *p, bool final, srv_buf *content)
+{
+    srv_buf *b = &p->buf;
+    if (p->after_call) {
+        size_t i = 0;
+        while (i < b->len && (is_space(b->p[i]) || (p->f == SRV_TC_LLAMA3 && b->p[i] == ';'))) i++;
+        srv_buf_consume(b, i);
+        if (!b->len) return 0;
+        p->after_call = false;
+    }
+    bool text_before = false;
+    for (size_t i = 0; i < b->len; i++) {
+        size_t ml = 0;
+        int m = marker_at(p, b->p, b->len, i, final, text_before, &ml);
+        text_before |= !is_space(b->p[i]);
+        if (m == 3) { /* a fence: toggles, stays content */
+            p->in_fence = !p->in_fence;
+            i += 2;
+            continue;
+        }
+        if (!m) continue;
+        if (emit(p, b->p, i, content)) return -1;
+        srv_buf_consume(b, i);
+        return m == 2 ? 1 : 0; /* 1: a marker; 0: a partial one held back */
+    }
+    if (emit(p, b->p, b->len, content)) return -1;
+    srv_buf_reset(b);
+    return 0;
+}
+
+static int process(srv_tc *p, bool final, srv_buf *content)
+{
+    for (;;) {
+        if (!p->in_call) {
+            int r = scan_text(p, final, content);
+            if (r <= 0) return r;
+            p->in_call = true;
+        }
+        size_t used = 0;
+        int r = call_parser(p->f)(p, p->buf.p, p->buf.len, final, &used);
+        if (r == 0) return 0;
+        if (r < 0) { /* malformed: its text is content */
+            if (!used) used = p->buf.len;
+            if (emit(p, p->buf.p, used, content)) return -1;
+        } else {
+            p->after_call = true;
+        }
+        srv_buf_consume(&p->buf, used);
+        p->in_call = false;
+        if (!p->buf.len) return 0;
+    }
+}
+
+/* ---------------------------------------------------------------- API */
+
+srv_tc_family srv_tc_detect(const char *t, const tok_tokenizer *tok)
+{
+    if (t) {
+        if (strstr(t, "<function=") && strstr(t, "<parameter=")) return SRV_TC_QWEN3_CODER;
+        if (strstr(t, M_TOOL_CALL)) return SRV_TC_HERMES;
+        if (strstr(t, M_MISTRAL)) return SRV_TC_MISTRAL;
+        if (strstr(t, M_GEMMA) || (strstr(t, "call:") && strstr(t, "<escape>"))) return SRV_TC_GEMMA;
+        if (strstr(t, M_PYTHON) || (strstr(t, "<|start_header_id|>") && strstr(t, "\"parameters\"")))
+            return SRV_TC_LLAMA3;
+    }
+    if (tok) {
+        static const struct { const char *piece; srv_tc_family f; } by_tok[] = {
+            {M_TOOL_CALL, SRV_TC_HERMES}, {M_MISTRAL, SRV_TC_MISTRAL},
+            {M_PYTHON, SRV_TC_LLAMA3},    {M_GEMMA, SRV_TC_GEMMA},
+        };
+        for (size_t i = 0; i < sizeof by_tok / sizeof by_tok[0]; i++)
+            if (tok_piece_to_id(tok, by_tok[i].piece, strlen(by_tok[i].piece)) >= 0) return by_tok[i].f;
+    }
+    return SRV_TC_NONE;
+}
+
+int srv_tc_family_from_name(const char *name)
+{
+    for (int i = 0; i < SRV_TC_COUNT; i++)
+        if (name && !strcmp(name, FAMILY_NAMES[i])) return i;
+    if (name && (!strcmp(name, "qwen") || !strcmp(name, "qwen3"))) return SRV_TC_HERMES;
+    return -1;
+}
+
+const char *srv_tc_family_name(srv_tc_family f)
+{
+    return f >= 0 && f < SRV_TC_COUNT ? FAMILY_NAMES[f] : "none";
+}
+
+bool srv_tc_needs_special(srv_tc_family f)
+{
+    return f == SRV_TC_LLAMA3 || f == SRV_TC_MISTRAL || f == SRV_TC_GEMMA;
+}
+
+kiln_code srv_tc_create(srv_tc_family f, const json_t *tools, srv_tc **out, kiln_err *err)
+{
+    *out = NULL;
+    srv_tc *p = calloc(1, sizeof *p);
+    if (!p) return kiln_fail(err, KILN_E_NOMEM, "tool-call parser: out of memory");
+    p->f = f;
+    p->tools = tools;
+    *out = p;
+    return KILN_OK;
+}
+
+void srv_tc_free(srv_tc *p)
+{
+    if (!p) return;
+    for (size_t i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].args);
+    }
+    free(p->calls);
+    srv_buf_free(&p->buf);
+    free(p);
+}
+
+int srv_tc_push(srv_tc *p, const char *s, size_t n, srv_buf *content)
+{
+    if (p->f == SRV_TC_NONE) return srv_buf_add(content, s, n);
+    if (srv_buf_add(&p->buf, s, n)) return -1;
+    return process(p, false, content) < 0 ? -1 : 0;
+}
+
+int srv_tc_finish(srv_tc *p, srv_buf *content)
+{
+    if (p->f == SRV_TC_NONE || !p->buf.len) return 0;
+    if (process(p, true, content) < 0) return -1;
+    if (p->after_call) srv_buf_reset(&p->buf); /* trailing whitespace after a call */
+    int rc = p->buf.len ? emit(p, p->buf.p, p->buf.len, content) : 0;
+    srv_buf_reset(&p->buf);
+    return rc;
+}
+
+size_t srv_tc_count(const srv_tc *p)
+{
+    return p ? p->n_calls : 0;
+}
+
+void srv_tc_get(const srv_tc *p, size_t i, const char **name, const char **args)
+{
+    *name = p->calls[i].name;
+    *args = p->calls[i].args;
+}
