@@ -11,6 +11,7 @@
  * Threads: no shared state.
  */
 #include "server/srv_anthropic.h"
+#include "server/srv_json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,15 +206,9 @@ kiln_code srv_parse_anthropic_ex(const char *body, size_t len, bool count_only, 
 {
     memset(out, 0, sizeof *out);
     param[0] = 0;
-    json_error_t je;
-    json_t *in = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!in)
-        return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", je.line,
-                         je.column, je.text);
-    if (!json_is_object(in)) {
-        json_decref(in);
-        return kiln_fail(err, KILN_E_INVALID, "the request body must be a JSON object");
-    }
+    json_t *in;
+    kiln_code prc = srv_json_parse_object(body, len, &in, err);
+    if (prc) return prc;
     json_t *oa = json_object();
     kiln_code rc = oa ? rewrite(in, oa, count_only, param, err) : kiln_fail(err, KILN_E_NOMEM, "out of memory");
     json_t *temp = json_object_get(in, "temperature");

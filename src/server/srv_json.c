@@ -77,3 +77,18 @@ size_t srv_utf8_valid_prefix(const char *s, size_t len)
     }
     return i;
 }
+
+kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err)
+{
+    json_error_t je;
+    *out = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!*out)
+        return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", je.line,
+                         je.column, je.text);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return kiln_fail(err, KILN_E_INVALID, "the request body must be a JSON object");
+    }
+    return KILN_OK;
+}

@@ -9,7 +9,12 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "util/kiln_err.h"
+
 /* API */
+/* Parses a request body that must be one JSON object (duplicate keys refused).
+ * *out is new (json_decref) on success; KILN_E_INVALID with line/column else. */
+kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err);
 /* New JSON string from len bytes (any bytes); NULL only when out of memory. */
 json_t *srv_json_text(const char *s, size_t len);
 /* Compact JSON text of j, OWNED by the caller (free()); NULL on OOM. *len may be NULL. */

@@ -200,15 +200,9 @@ kiln_code srv_parse_responses(srv_rstore *store, const char *body, size_t len, s
 {
     memset(out, 0, sizeof *out);
     param[0] = 0;
-    json_error_t je;
-    json_t *in = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!in)
-        return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", je.line,
-                         je.column, je.text);
-    if (!json_is_object(in)) {
-        json_decref(in);
-        return kiln_fail(err, KILN_E_INVALID, "the request body must be a JSON object");
-    }
+    json_t *in;
+    kiln_code prc = srv_json_parse_object(body, len, &in, err);
+    if (prc) return prc;
     bool instr = false;
     json_t *oa = json_object();
     kiln_code rc = oa ? rewrite(store, in, oa, &instr, param, err) : kiln_fail(err, KILN_E_NOMEM, "out of memory");
