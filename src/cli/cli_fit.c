@@ -5,12 +5,17 @@
  */
 #include "cli/cli.h"
 #include "cli/cli_args.h"
+#include "engine/eng_admit.h"
 #include "engine/eng_fit.h"
+#include "engine/eng_fit_report.h"
 #include "weights/wt_set.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+/* The responses store a default `kiln serve` keeps (--responses-store-mib 64). */
+#define CLI_FIT_SERVER_BYTES ((uint64_t)64 << 20)
 
 static double gib(uint64_t b)
 {
@@ -28,7 +33,10 @@ int cli_fit(int argc, char **argv)
         {"ctx", CLI_INT, &ctx, "N", "context tokens per sequence (default: min(model, 4096))", 0},
         {"batch", CLI_INT, &batch, "B", "sequences decoded together (default 1)", 0},
         {"threads", CLI_INT, &threads, "N", "compute threads (attention scratch per thread)", 0},
-        {"budget", CLI_FLOAT, &budget, "GB", "memory budget (decimal GB): report the max context", 0},
+        {"budget", CLI_FLOAT, &budget, "GB",
+         "memory budget (decimal GB): plan the KV pool and the max safe context inside it, as kiln "
+         "serve --memory-budget does",
+         0},
         {"bandwidth", CLI_FLOAT, &bandwidth, "GBS",
          "memory bandwidth for the decode prediction (default: measured, 512 MiB read)", 0},
         {"json", CLI_BOOL, &json, NULL, "print one JSON object", 0},
@@ -55,23 +63,37 @@ int cli_fit(int argc, char **argv)
     o.max_seqs = (int32_t)batch;
     o.n_threads = (int)threads;
     eng_fit f;
-    eng_fit_compute(&c, wt_set_bytes(ws), &o, &f);
-    int32_t max_ctx = budget > 0 ? eng_fit_max_ctx(&c, f.weights_bytes, &f.o, (uint64_t)(budget * 1e9)) : -1;
+    eng_admit_plan plan;
+    int have_plan = 0;
+    if (budget > 0) {
+        /* the plan `kiln serve --memory-budget` makes with default server options */
+        eng_admit_in in = eng_admit_in_default();
+        in.budget_bytes = (uint64_t)(budget * 1e9);
+        in.ctx_explicit = ctx > 0;
+        eng_runtime_opts r = eng_runtime_resolve(&c, &o);
+        in.overhead_bytes = eng_admit_overhead_for_dir(model, CLI_FIT_SERVER_BYTES, r.max_seqs);
+        if (eng_admit_compute(&c, wt_set_bytes(ws), &o, &in, &plan, &err)) {
+            wt_set_close(ws);
+            wt_config_free(&c);
+            return cli_fail("fit", &err);
+        }
+        f = plan.fit;
+        have_plan = 1;
+    } else {
+        eng_fit_compute(&c, wt_set_bytes(ws), &o, &f);
+    }
     if (bandwidth <= 0) bandwidth = eng_measure_bandwidth(f.o.n_threads);
     double tok_s = bandwidth > 0 ? bandwidth * 1e9 / (double)f.read_per_token : 0;
     if (json) {
-        printf("{\"weights_bytes\": %" PRIu64 ", \"kv_bytes_per_token\": %" PRIu64
-               ", \"kv_pool_bytes\": %" PRIu64 ", \"scratch_bytes\": %" PRIu64
-               ", \"logits_bytes\": %" PRIu64 ", \"other_bytes\": %" PRIu64
-               ", \"total_bytes\": %" PRIu64 ", \"ctx\": %d, \"batch\": %d, \"threads\": %d"
-               ", \"kv_blocks\": %d, \"block_tokens\": %d, \"read_bytes_per_token\": %" PRIu64
-               ", \"bandwidth_gb_s\": %.2f, \"predicted_decode_tok_s\": %.2f",
-               f.weights_bytes, f.kv_bytes_per_token, f.kv_pool_bytes, f.scratch_bytes,
-               f.logits_bytes, f.other_bytes, f.total_bytes, (int)f.o.ctx, (int)f.o.max_seqs,
-               f.o.n_threads, (int)f.o.n_blocks, (int)f.o.block_tokens, f.read_per_token,
-               bandwidth, tok_s);
-        if (max_ctx >= 0) printf(", \"budget_bytes\": %.0f, \"max_safe_context\": %d", budget * 1e9, (int)max_ctx);
-        printf("}\n");
+        char *js = eng_fit_report_json(&f, have_plan ? &plan : NULL, bandwidth);
+        if (!js) {
+            wt_set_close(ws);
+            wt_config_free(&c);
+            fprintf(stderr, "kiln fit: out of memory\n");
+            return 1;
+        }
+        printf("%s\n", js);
+        free(js);
     } else {
         printf("model:            %s (%s)\n", model, c.architecture);
         printf("weights:          %8.3f GiB (as mapped)\n", gib(f.weights_bytes));
@@ -85,9 +107,16 @@ int cli_fit(int argc, char **argv)
         printf("logits:           %8.3f GiB (%d rows)\n", gib(f.logits_bytes), (int)f.o.logit_rows);
         printf("other:            %8.3f GiB\n", gib(f.other_bytes));
         printf("total:            %8.3f GiB (%.2f GB)\n", gib(f.total_bytes), (double)f.total_bytes / 1e9);
-        if (max_ctx >= 0)
-            printf("max safe context: %d tokens x batch %d within %.2f GB\n", (int)max_ctx,
-                   (int)f.o.max_seqs, budget);
+        if (have_plan) {
+            printf("process overhead: %8.3f GiB (binary, libraries, tokenizer, server buffers)\n",
+                   gib(plan.overhead_bytes));
+            printf(
+                "max safe context: %d tokens for one sequence within %.3f GB (the shared KV pool "
+                "holds %d blocks = %.1f sequences of that length; limit: %s)\n",
+                (int)plan.max_safe_context, budget, (int)f.o.n_blocks,
+                (double)f.o.n_blocks * f.o.block_tokens / (double)plan.max_safe_context,
+                eng_limit_source_name(plan.source));
+        }
         printf("decode estimate:  %.1f tok/s (%.2f GB read per token at %.1f GB/s)\n", tok_s,
                (double)f.read_per_token / 1e9, bandwidth);
     }

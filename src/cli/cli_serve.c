@@ -11,15 +11,19 @@
 #include "cli/cli.h"
 #include "cli/cli_args.h"
 #include "cli/cli_hf.h"
+#include "engine/eng_admit.h"
 #include "engine/eng_engine.h"
+#include "engine/eng_fit_report.h"
 #include "kv/kv_pool.h"
 #include "kernels/kn_cpu.h"
 #include "server/srv.h"
 #include "server/srv_toolcall.h"
 #include "tokenizer/tok.h"
+#include "util/kiln_assert.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
 #include "weights/wt_config.h"
+#include "weights/wt_set.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -33,6 +37,8 @@ typedef struct {
     int tool_family; /* srv_tc_family, or -1: detect from the chat template */
     int64_t port, batch, ctx, max_tokens, top_k, max_queue, threads, max_body;
     double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
+    double memory_budget, kv_budget; /* decimal GB; 0 = none */
+    int32_t env_limit;               /* KILN_CONTEXT_LIMIT; 0 = unset */
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -64,20 +70,22 @@ static int check_flags(const serve_flags *f, int *thinking)
             return 2;
         }
     }
-    const char *bad = f->port < 0 || f->port > 65535 ? "--port must be 0..65535"
-                      : f->batch < 1 || f->batch > 256 ? "--batch must be 1..256"
-                      : f->ctx < 0 ? "--ctx must be >= 0"
-                      : f->max_tokens < 0 ? "--max-tokens must be >= 0"
+    const char *bad = f->port < 0 || f->port > 65535             ? "--port must be 0..65535"
+                      : f->batch < 1 || f->batch > 256           ? "--batch must be 1..256"
+                      : f->ctx < 0                               ? "--ctx must be >= 0"
+                      : f->max_tokens < 0                        ? "--max-tokens must be >= 0"
                       : f->temperature < 0 || f->temperature > 2 ? "--temperature must be in [0, 2]"
-                      : f->top_p <= 0 || f->top_p > 1 ? "--top-p must be in (0, 1]"
-                      : f->top_k < 0 ? "--top-k must be >= 0"
-                      : f->min_p < 0 || f->min_p > 1 ? "--min-p must be in [0, 1]"
-                      : f->max_queue < 0 ? "--max-queue must be >= 0"
-                      : f->threads < 0 ? "--threads must be >= 0"
-                      : f->max_body < 1 ? "--max-body must be >= 1"
-                      : f->prompt_cache < 0 ? "--prompt-cache must be >= 0"
-                      : f->timeout < 0 ? "--timeout must be >= 0"
-                                            : NULL;
+                      : f->top_p <= 0 || f->top_p > 1            ? "--top-p must be in (0, 1]"
+                      : f->top_k < 0                             ? "--top-k must be >= 0"
+                      : f->min_p < 0 || f->min_p > 1             ? "--min-p must be in [0, 1]"
+                      : f->max_queue < 0                         ? "--max-queue must be >= 0"
+                      : f->threads < 0                           ? "--threads must be >= 0"
+                      : f->max_body < 1                          ? "--max-body must be >= 1"
+                      : f->prompt_cache < 0                      ? "--prompt-cache must be >= 0"
+                      : f->timeout < 0                           ? "--timeout must be >= 0"
+                      : f->memory_budget < 0 ? "--memory-budget must be > 0 (decimal GB)"
+                      : f->kv_budget < 0     ? "--kv-budget must be > 0 (decimal GB)"
+                                             : NULL;
     if (bad) {
         fprintf(stderr, "kiln serve: %s\n", bad);
         return 2;
@@ -118,10 +126,44 @@ static int pick_model(const char *model, char *dir, size_t n, char *id, size_t i
     return 1;
 }
 
-/* KV bytes per token (f32 K and V over all layers), for --prompt-cache. */
-static uint64_t kv_bytes_per_token(const wt_config *c)
+/* The memory plan: context limit and KV pool size (inside --memory-budget
+ * when given, narrowed by KILN_CONTEXT_LIMIT). Prints the refusal and returns
+ * non-zero when the budget leaves no room for any context. */
+static int plan_memory(const serve_flags *f, const char *dir, const wt_config *cfg,
+                       const srv_config *sc, const eng_runtime_opts *o, eng_admit_plan *plan)
 {
-    return (uint64_t)c->n_layers * 2u * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4u;
+    kiln_err err;
+    wt_set *ws;
+    if (wt_set_open(dir, &ws, &err)) return cli_fail("serve", &err);
+    uint64_t weights = wt_set_bytes(ws);
+    wt_set_close(ws);
+    eng_fit base;
+    eng_fit_compute(cfg, weights, o, &base);
+    eng_admit_in in = eng_admit_in_default();
+    in.budget_bytes = (uint64_t)(f->memory_budget * 1e9);
+    in.env_limit = f->env_limit;
+    in.ctx_explicit = f->ctx > 0;
+    in.overhead_bytes = eng_admit_overhead_for_dir(dir, sc->responses_store_bytes, base.o.max_seqs);
+    if (f->prompt_cache > 0) {
+        /* --prompt-cache GiB of blocks beyond batch x ctx, at the KV format's bytes */
+        double extra = f->prompt_cache * 1073741824.0 /
+                       ((double)base.kv_bytes_per_token * (double)base.o.block_tokens);
+        in.extra_blocks = (int32_t)(extra > 1e8 ? 1e8 : extra);
+    }
+    if (eng_admit_compute(cfg, weights, o, &in, plan, &err)) {
+        fprintf(stderr, "kiln serve: %s\n  Raise --memory-budget, or lower --batch / --threads.\n",
+                err.msg);
+        return 1;
+    }
+    if (plan->budget_bytes)
+        KLOG_INFO("admit",
+                  "memory_budget=%llu weights=%llu fixed=%llu usable=%llu kv_blocks=%d "
+                  "max_safe_context=%d enforced=%d source=%s",
+                  (unsigned long long)plan->budget_bytes, (unsigned long long)weights,
+                  (unsigned long long)plan->fixed_bytes, (unsigned long long)plan->usable_bytes,
+                  (int)plan->n_blocks, (int)plan->max_safe_context, (int)plan->enforced_context,
+                  eng_limit_source_name(plan->source));
+    return 0;
 }
 
 typedef struct {
@@ -175,19 +217,23 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     o.ctx = (int32_t)f->ctx;
     o.max_seqs = (int32_t)f->batch;
     o.isa = getenv("KILN_ISA");
-    if (f->prompt_cache > 0) {
-        int32_t ctx = o.ctx > 0 ? o.ctx : cfg.max_pos > 0 && cfg.max_pos < 4096 ? (int32_t)cfg.max_pos : 4096;
-        int64_t per_seq = (ctx + o.block_tokens - 1) / o.block_tokens + 1;
-        double extra = f->prompt_cache * 1073741824.0 / ((double)kv_bytes_per_token(&cfg) * o.block_tokens);
-        o.n_blocks = (int32_t)(per_seq * o.max_seqs + (extra > 1e8 ? 1e8 : extra));
-    }
+    eng_admit_plan plan;
+    rc = plan_memory(f, dir, &cfg, &sc, &o, &plan);
     wt_config_free(&cfg);
+    if (rc) {
+        serve_close(&st);
+        return rc;
+    }
+    o.ctx = plan.ctx;           /* the enforced context limit */
+    o.n_blocks = plan.n_blocks; /* the KV pool, inside --memory-budget when given */
     if (eng_runtime_open(dir, &o, &st.rt, &err) || tok_load(dir, &st.tok, &err)) {
         serve_close(&st);
         return cli_fail("serve", &err);
     }
     eng_engine_opts eo = eng_engine_opts_default();
     eo.max_queue = (int32_t)f->max_queue;
+    eo.kv_budget_bytes = (uint64_t)(f->kv_budget * 1e9);
+    eo.kv_bytes_per_token = plan.fit.kv_bytes_per_token;
     const cli_flag *pc = cli_find(flags, "prompt-cache");
     if (pc && pc->seen && f->prompt_cache == 0) eo.prefix_cache = false; /* --prompt-cache 0: off */
     if (f->prompt_cache > 0) {
@@ -201,8 +247,19 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     }
     /* ctx is decided by the runtime (model max, 4096 by default). */
     eng_stats es = eng_get_stats(st.eng);
-    srv_model m = {.engine = st.eng, .tok = st.tok, .ctx = st.rt->o.ctx, .n_threads = st.rt->o.n_threads};
-    if (srv_attach(st.srv, &m, &err)) {
+    /* GET /fit: the plan of the runtime as opened, in `kiln fit --json`'s words */
+    KILN_ASSERT(st.rt->o.ctx == plan.ctx && st.rt->o.n_blocks == plan.n_blocks);
+    char *fit_json = eng_fit_report_json(&plan.fit, &plan, 0);
+    srv_model m = {.engine = st.eng,
+                   .tok = st.tok,
+                   .ctx = st.rt->o.ctx,
+                   .n_threads = st.rt->o.n_threads,
+                   .admission = &plan,
+                   .kv_budget_bytes = eo.kv_budget_bytes,
+                   .fit_json = fit_json};
+    int arc = srv_attach(st.srv, &m, &err);
+    free(fit_json);
+    if (arc) {
         serve_close(&st);
         return cli_fail("serve", &err);
     }
@@ -211,6 +268,11 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
            id, f->host, srv_port(st.srv), st.rt->o.n_threads, kn_isa_name(), (int)f->batch,
            (int)st.rt->o.ctx, (int)es.kv.n_blocks, (int)es.kv_block_tokens,
            (double)es.kv.bytes / 1048576.0);
+    if (plan.budget_bytes)
+        printf("kiln: memory budget %.3f GB: max safe context %d tokens, enforced %d (%s), %.1f "
+               "MiB usable for KV\n",
+               (double)plan.budget_bytes / 1e9, (int)plan.max_safe_context, (int)plan.ctx,
+               eng_limit_source_name(plan.source), (double)plan.usable_bytes / 1048576.0);
     fflush(stdout);
     int sig = 0;
     sigwait(sigs, &sig);
@@ -226,37 +288,71 @@ int cli_serve(int argc, char **argv)
                      .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20,
                      .responses_ttl = 3600, .responses_store_mib = 64};
     cli_flag flags[] = {
-        {"model", CLI_STR, &f.model, "DIR|REPO", "model folder or Hugging Face repo id (default: "
-                                                 "a cached model, else " CLI_HF_DEFAULT_MODEL ")", 0},
+        {"model", CLI_STR, &f.model, "DIR|REPO",
+         "model folder or Hugging Face repo id (default: "
+         "a cached model, else " CLI_HF_DEFAULT_MODEL ")",
+         0},
         {"host", CLI_STR, &f.host, "ADDR", "address to listen on (default 127.0.0.1)", 0},
         {"port", CLI_INT, &f.port, "N", "port (default 8080; 0 = any free port)", 0},
         {"batch", CLI_INT, &f.batch, "N", "sequences decoded at once (default 8)", 0},
         {"ctx", CLI_INT, &f.ctx, "N", "context length per sequence (default: min(model, 4096))", 0},
-        {"max-tokens", CLI_INT, &f.max_tokens, "N", "cap on generated tokens per request (default: none)", 0},
-        {"temperature", CLI_FLOAT, &f.temperature, "T", "default temperature (else generation_config, else 0.7)", 0},
+        {"max-tokens", CLI_INT, &f.max_tokens, "N",
+         "cap on generated tokens per request (default: none)", 0},
+        {"temperature", CLI_FLOAT, &f.temperature, "T",
+         "default temperature (else generation_config, else 0.7)", 0},
         {"top-p", CLI_FLOAT, &f.top_p, "P", "default top_p (else generation_config, else 1)", 0},
         {"top-k", CLI_INT, &f.top_k, "K", "default top_k (else generation_config, else off)", 0},
         {"min-p", CLI_FLOAT, &f.min_p, "M", "default min_p (else generation_config, else off)", 0},
-        {"thinking", CLI_STR, &f.thinking, "true|false", "default enable_thinking for chat templates", 0},
+        {"thinking", CLI_STR, &f.thinking, "true|false",
+         "default enable_thinking for chat templates", 0},
         {"tool-parser", CLI_STR, &f.tool_parser, "NAME",
-         "tool-call format: hermes, qwen3_coder, llama3, mistral, gemma or none (default: from the chat template)", 0},
+         "tool-call format: hermes, qwen3_coder, llama3, mistral, gemma or none (default: from the "
+         "chat template)",
+         0},
         {"prompt-cache", CLI_FLOAT, &f.prompt_cache, "GIB",
-         "KV memory for cached prefixes (added to the pool, and their cap); 0 turns the prefix cache off", 0},
-        {"api-key", CLI_STR, &f.api_key, "KEY", "require this key (Authorization: Bearer or x-api-key)", 0},
-        {"max-queue", CLI_INT, &f.max_queue, "N", "requests that may wait before 429 (default 64)", 0},
+         "KV memory for cached prefixes (added to the pool, and their cap); 0 turns the prefix "
+         "cache off",
+         0},
+        {"api-key", CLI_STR, &f.api_key, "KEY",
+         "require this key (Authorization: Bearer or x-api-key)", 0},
+        {"max-queue", CLI_INT, &f.max_queue, "N", "requests that may wait before 429 (default 64)",
+         0},
         {"threads", CLI_INT, &f.threads, "N", "compute threads (default: all CPUs)", 0},
-        {"max-body", CLI_INT, &f.max_body, "BYTES", "largest request body (default 4 MiB; else 413)", 0},
+        {"max-body", CLI_INT, &f.max_body, "BYTES",
+         "largest request body (default 4 MiB; else 413)", 0},
         {"responses-ttl", CLI_FLOAT, &f.responses_ttl, "S",
-         "seconds a /v1/responses result stays available to previous_response_id (default 3600)", 0},
+         "seconds a /v1/responses result stays available to previous_response_id (default 3600)",
+         0},
         {"responses-store-mib", CLI_FLOAT, &f.responses_store_mib, "MIB",
-         "memory for stored /v1/responses conversations, least recently used evicted (default 64)", 0},
-        {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)", 0},
+         "memory for stored /v1/responses conversations, least recently used evicted (default 64)",
+         0},
+        {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)",
+         0},
+        {"memory-budget", CLI_FLOAT, &f.memory_budget, "GB",
+         "process memory budget (decimal GB): KV pool and scratch sized inside it, its max safe "
+         "context "
+         "enforced (default: none)",
+         0},
+        {"kv-budget", CLI_FLOAT, &f.kv_budget, "GB",
+         "cap on the running requests' projected KV (prompt + max_tokens); joiners over it wait "
+         "(default: none)",
+         0},
         {0},
     };
     int pr = cli_parse("serve", "Serve a model over an OpenAI-compatible HTTP API.", flags, argc, argv);
     if (pr) return pr == 1 ? 0 : 2;
     int thinking;
     if (check_flags(&f, &thinking)) return 2;
+    const cli_flag *mb = cli_find(flags, "memory-budget"), *kb = cli_find(flags, "kv-budget");
+    if ((mb->seen && f.memory_budget <= 0) || (kb->seen && f.kv_budget <= 0)) {
+        fprintf(stderr, "kiln serve: --memory-budget and --kv-budget must be > 0 (decimal GB)\n");
+        return 2;
+    }
+    kiln_err lerr;
+    if (eng_admit_parse_limit(getenv("KILN_CONTEXT_LIMIT"), &f.env_limit, &lerr)) {
+        fprintf(stderr, "kiln serve: %s\n", lerr.msg);
+        return 2;
+    }
     f.tool_family = f.tool_parser ? srv_tc_family_from_name(f.tool_parser) : -1;
     if (f.responses_ttl <= 0 || f.responses_store_mib <= 0) {
         fprintf(stderr, "kiln serve: --responses-ttl and --responses-store-mib must be > 0\n");

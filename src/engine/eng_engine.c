@@ -21,6 +21,7 @@
  * queue and stats, h->mu guards a handle's event queue.
  */
 #include "engine/eng_engine.h"
+#include "engine/eng_admit.h"
 #include "util/kiln_assert.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
@@ -55,6 +56,7 @@ struct eng_handle {
     size_t hold_len, hold_cap;
     int32_t n_generated, cached_tokens;
     int admitted_once;
+    uint64_t kv_proj;      /* projected KV bytes charged while running (--kv-budget) */
     eng_handle *next;      /* wait queue link, under e->mu */
     double t_submit;
 };
@@ -76,6 +78,8 @@ struct eng_engine {
     eng_step_item *items;      /* OWNED [max_seqs] */
     eng_handle **owners;       /* OWNED [max_seqs]: the handle of each item */
     eng_stats stats;           /* under mu */
+    uint64_t kv_running;       /* engine thread: projected KV of the running list */
+    int head_waiting;          /* engine thread: the head already counted as a kv-budget wait */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -239,6 +243,18 @@ static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
     return KILN_OK;
 }
 
+/* Positions a request can occupy: prompt + max_tokens, at most the context. */
+static int64_t projected_tokens(const eng_engine *e, const eng_params *p)
+{
+    int64_t t = (int64_t)p->n_prompt + p->max_tokens;
+    return t < e->rt->o.ctx ? t : e->rt->o.ctx;
+}
+
+static uint64_t seq_projection(const eng_engine *e, const eng_params *p)
+{
+    return eng_admit_seq_kv_bytes(e->o.kv_bytes_per_token, projected_tokens(e, p));
+}
+
 static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *err)
 {
     int64_t vocab = mdl_vocab(e->rt->model);
@@ -259,6 +275,17 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0])
             return kiln_fail(err, KILN_E_INVALID, "stop strings must not be empty");
+    if (e->o.kv_budget_bytes) {
+        uint64_t proj = seq_projection(e, p);
+        if (proj > e->o.kv_budget_bytes)
+            return kiln_fail(
+                err, KILN_E_BUDGET,
+                "the request's projected KV cache (%d prompt + %d max_tokens = %lld tokens x "
+                "%llu bytes = %llu bytes) is over the --kv-budget of %llu bytes",
+                (int)p->n_prompt, (int)p->max_tokens, (long long)projected_tokens(e, p),
+                (unsigned long long)e->o.kv_bytes_per_token, (unsigned long long)proj,
+                (unsigned long long)e->o.kv_budget_bytes);
+    }
     return eng_sampling_validate(&p->sp, vocab, err);
 }
 
@@ -483,6 +510,9 @@ static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample
 
 static void running_remove(eng_engine *e, int32_t i)
 {
+    KILN_ASSERT(e->kv_running >= e->running[i]->kv_proj);
+    e->kv_running -= e->running[i]->kv_proj;
+    e->running[i]->kv_proj = 0;
     memmove(&e->running[i], &e->running[i + 1], sizeof *e->running * (size_t)(e->n_running - i - 1));
     e->n_running--;
 }
@@ -510,6 +540,18 @@ static void engine_admit(eng_engine *e)
             pthread_mutex_unlock(&e->mu);
             return;
         }
+        /* --kv-budget: the head waits until running sequences leave room; it
+         * is never overtaken (FIFO). With nothing running it always fits,
+         * since eng_submit refused projections over the whole budget. */
+        uint64_t proj = e->o.kv_budget_bytes ? seq_projection(e, &h->p) : 0;
+        if (proj && e->kv_running + proj > e->o.kv_budget_bytes) {
+            KILN_ASSERT(e->n_running > 0);
+            if (!e->head_waiting) e->stats.kv_budget_waits++;
+            e->head_waiting = 1;
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->head_waiting = 0;
         e->wait_head = h->next;
         if (!e->wait_head) e->wait_tail = NULL;
         h->next = NULL;
@@ -534,6 +576,8 @@ static void engine_admit(eng_engine *e)
         int32_t hit = eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);
         if (!h->admitted_once) h->cached_tokens = hit < h->p.n_prompt ? hit : h->p.n_prompt;
         h->admitted_once = 1;
+        h->kv_proj = proj;
+        e->kv_running += proj;
         e->running[e->n_running++] = h;
     }
 }
@@ -558,6 +602,36 @@ static int engine_preempt(eng_engine *e, const eng_handle *keep)
         return 1;
     }
     return 0;
+}
+
+/* Cancelled requests still in the queue leave at once (they may sit behind
+ * a head that waits for a batch slot, KV room or the kv budget). */
+static void drop_cancelled_waiting(eng_engine *e)
+{
+    eng_handle *gone = NULL;
+    pthread_mutex_lock(&e->mu);
+    eng_handle **pp = &e->wait_head, *last = NULL;
+    while (*pp) {
+        eng_handle *h = *pp;
+        if (atomic_load(&h->cancel)) {
+            *pp = h->next;
+            h->next = gone;
+            gone = h;
+            e->n_waiting--;
+            e->head_waiting = 0; /* the head may have changed: count its next wait anew */
+        } else {
+            last = h;
+            pp = &h->next;
+        }
+    }
+    e->wait_tail = last;
+    pthread_mutex_unlock(&e->mu);
+    while (gone) {
+        eng_handle *h = gone;
+        gone = h->next;
+        h->next = NULL;
+        req_finish(e, h, ENG_FINISH_CANCELLED, NULL, NULL);
+    }
 }
 
 static void drop_cancelled(eng_engine *e)
@@ -658,6 +732,7 @@ static void *engine_main(void *arg)
         pthread_mutex_unlock(&e->mu);
         if (stopping) break;
         drop_cancelled(e);
+        drop_cancelled_waiting(e);
         engine_admit(e);
         drop_cancelled(e);
         engine_step(e);
@@ -665,6 +740,7 @@ static void *engine_main(void *arg)
         e->stats.running = e->n_running;
         e->stats.waiting = e->n_waiting;
         e->stats.kv = kv_pool_get_stats(e->rt->kv); /* the pool is engine-thread only */
+        e->stats.kv_projected_bytes = e->kv_running;
         pthread_mutex_unlock(&e->mu);
     }
     /* shutting down: everything still here is cancelled */

@@ -77,6 +77,14 @@ typedef struct {
     int32_t max_step_tokens;  /* token budget per step (decode + prefill chunks) */
     int32_t prefill_chunk;    /* max prefill tokens of one sequence per step */
     bool prefix_cache;        /* share KV blocks of common prefixes (default true) */
+    /* --kv-budget: cap on the sum of running sequences' projected KV bytes
+     * (eng_admit_seq_kv_bytes of n_prompt + max_tokens). A request whose
+     * projection does not fit what is left waits at the head of the queue
+     * (FIFO, nobody overtakes it); one over the whole budget is refused at
+     * eng_submit with KILN_E_BUDGET. 0 = no cap. */
+    uint64_t kv_budget_bytes;
+    uint64_t
+        kv_bytes_per_token; /* the KV format's bytes per position (eng_fit); needed with a cap */
 } eng_engine_opts;
 
 typedef struct {
@@ -87,6 +95,8 @@ typedef struct {
     double busy_s;            /* wall time inside steps */
     kv_pool_stats kv;
     int32_t kv_block_tokens;
+    uint64_t kv_projected_bytes; /* sum over running sequences (--kv-budget accounting) */
+    uint64_t kv_budget_waits;    /* times the queue head waited for --kv-budget room */
 } eng_stats;
 
 /* API */

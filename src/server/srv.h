@@ -9,7 +9,7 @@
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages,
  * POST /v1/messages/count_tokens, POST /v1/responses, GET /v1/models,
- * GET /health, GET /stats, GET /metrics, POST /tokenize, POST /detokenize
+ * GET /health, GET /stats, GET /metrics, GET /fit, POST /tokenize, POST /detokenize
  * (docs/server.md). The server sees only engine/eng_engine.h, the tokenizer
  * and the template: never model/ or kv/.
  * Threads: libmicrohttpd runs one thread per connection; each one parses,
@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/eng_admit.h"
 #include "engine/eng_engine.h"
 #include "tokenizer/tok.h"
 
@@ -60,6 +61,11 @@ typedef struct {
     const tok_tokenizer *tok; /* BORROWED: the same */
     int32_t ctx;              /* the runtime's context per sequence (tokens) */
     int n_threads;            /* compute threads (for /stats) */
+    const eng_admit_plan
+        *admission;           /* BORROWED during srv_attach (copied): the memory plan
+                                 (/stats admission, context_over_budget errors); NULL = none */
+    uint64_t kv_budget_bytes; /* --kv-budget (for /stats); 0 = none */
+    const char *fit_json;     /* BORROWED during srv_attach (copied): GET /fit body; NULL = 404 */
 } srv_model;
 
 /* API */

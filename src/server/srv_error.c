@@ -37,6 +37,8 @@ static const err_row rows[SRV_E_END] = {
     [SRV_E_CONTEXT] = {400, "invalid_request_error", "context_length_exceeded"},
     [SRV_E_QUEUE] = {429, "rate_limit_error", "queue_full"},
     [SRV_E_LOADING] = {503, "server_error", "unavailable"},
+    [SRV_E_CTX_BUDGET] = {400, "memory_admission", "context_over_budget"},
+    [SRV_E_KV_BUDGET] = {400, "memory_admission", "kv_over_budget"},
 };
 
 static const err_row *row(int kind)
@@ -101,6 +103,10 @@ json_t *srv_error_json_anthropic(const srv_error *e)
                        : st == 503            ? "overloaded_error"
                                               : "api_error";
     if (st == 413) type = "request_too_large";
+    const err_row *r = row(e->kind);
+    if (!strcmp(r->type, "memory_admission"))
+        return json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "error", "error", "type", r->type,
+                         "code", r->code, "message", srv_json_text(e->message, strlen(e->message)));
     return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type, "message",
                      srv_json_text(e->message, strlen(e->message)));
 }

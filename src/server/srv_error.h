@@ -22,6 +22,8 @@ typedef enum {
     SRV_E_CONTEXT,                 /* the prompt alone fills the context (400) */
     SRV_E_QUEUE,                   /* engine queue full (429) */
     SRV_E_LOADING,                 /* model not loaded yet / shutting down (503) */
+    SRV_E_CTX_BUDGET,              /* the prompt alone fills the memory-admission limit (400) */
+    SRV_E_KV_BUDGET,               /* the request alone is over --kv-budget (400) */
     SRV_E_END
 } srv_ecode;
 
@@ -41,7 +43,8 @@ const char *srv_error_type(int kind);     /* OpenAI "type" */
 const char *srv_error_code(int kind);     /* OpenAI "code" or NULL */
 /* New {"error": {...}} object, OWNED by the caller (json_decref); NULL on OOM. */
 json_t *srv_error_json(const srv_error *e);
-/* The Anthropic shape: {"type": "error", "error": {"type", "message"}}. */
+/* The Anthropic shape: {"type": "error", "error": {"type", "message"}}; memory
+ * admission errors keep their own type and add "code" (as the OpenAI shape). */
 json_t *srv_error_json_anthropic(const srv_error *e);
 
 #endif

@@ -229,7 +229,9 @@ static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
 }
 
 /* max_tokens: unset = the room left in the context; a client value or the
- * server cap narrows it; clamped to the room left. */
+ * server cap narrows it; clamped to the room left (s->cfg.ctx is the enforced
+ * limit: --ctx, --memory-budget's max safe context or KILN_CONTEXT_LIMIT), so
+ * a clamped request ends with finish_reason "length" at the clamp. */
 static int32_t pick_max_tokens(const srv_server *s, const srv_request *r, int32_t n_prompt)
 {
     int64_t room = (int64_t)s->cfg.ctx - n_prompt;
@@ -237,6 +239,34 @@ static int32_t pick_max_tokens(const srv_server *s, const srv_request *r, int32_
     if (s->cfg.max_tokens > 0 && mt > s->cfg.max_tokens) mt = s->cfg.max_tokens;
     if (mt > room) mt = room;
     return (int32_t)mt;
+}
+
+/* The prompt alone fills the context. When the limit is the memory budget or
+ * KILN_CONTEXT_LIMIT it is a memory-admission refusal, with the plan's numbers. */
+static void context_error(const srv_server *s, int32_t n, const char *param, srv_error *e)
+{
+    const eng_admit_plan *a = &s->adm;
+    if (a->source == ENG_LIMIT_BUDGET)
+        *e = srv_error_make(
+            SRV_E_CTX_BUDGET, param,
+            "the prompt has %d tokens, which leaves no room under the memory-admission "
+            "context limit of %d tokens (--memory-budget %llu bytes: weights %llu, "
+            "fixed overhead %llu, KV pool %d blocks of %d tokens)",
+            (int)n, (int)s->cfg.ctx, (unsigned long long)a->budget_bytes,
+            (unsigned long long)a->fit.weights_bytes,
+            (unsigned long long)(a->fixed_bytes - a->fit.weights_bytes), (int)a->n_blocks,
+            (int)a->fit.o.block_tokens);
+    else if (a->source == ENG_LIMIT_ENV)
+        *e = srv_error_make(
+            SRV_E_CTX_BUDGET, param,
+            "the prompt has %d tokens, which leaves no room under the context limit of "
+            "%d tokens set by KILN_CONTEXT_LIMIT (max safe context %d)",
+            (int)n, (int)s->cfg.ctx, (int)a->max_safe_context);
+    else
+        *e = srv_error_make(SRV_E_CONTEXT, param,
+                            "This model's maximum context length is %d tokens, but the prompt has "
+                            "%d tokens, which leaves no room to generate",
+                            (int)s->cfg.ctx, (int)n);
 }
 
 static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n, srv_error *e)
@@ -261,6 +291,8 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
         p.sp.seed = base + (uint64_t)i;
         if (eng_submit(eng, &p, &g->c[i].h, &err)) {
             *e = srv_error_from(&err, err.code == KILN_E_INVALID ? "" : NULL);
+            if (err.code == KILN_E_BUDGET)
+                e->kind = SRV_E_KV_BUDGET; /* the engine's --kv-budget check */
             return -1;
         }
     }
@@ -332,9 +364,7 @@ int srv_gen_start(srv_server *s, srv_request *r, srv_gen **out, srv_error *e)
     if (build_prompt(g, &ids, &n, e)) goto fail;
     g->n_prompt = n;
     if (n >= s->cfg.ctx) {
-        *e = srv_error_make(SRV_E_CONTEXT, g->r.api != SRV_API_COMPLETION ? "messages" : "prompt",
-                            "This model's maximum context length is %d tokens, but the prompt has "
-                            "%d tokens, which leaves no room to generate", (int)s->cfg.ctx, (int)n);
+        context_error(s, n, g->r.api != SRV_API_COMPLETION ? "messages" : "prompt", e);
         goto fail;
     }
     if (submit_all(g, eng, ids, n, e)) goto fail;

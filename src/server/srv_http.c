@@ -42,7 +42,20 @@ typedef enum MHD_Result MHD_RESULT;
 
 /* ---------------------------------------------------------------- routes */
 
-typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_MODELS, R_HEALTH, R_STATS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COUNT_TOKENS, R_RESPONSES } route_id;
+typedef enum {
+    R_CHAT,
+    R_COMPLETIONS,
+    R_MESSAGES,
+    R_MODELS,
+    R_HEALTH,
+    R_STATS,
+    R_METRICS,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_COUNT_TOKENS,
+    R_RESPONSES,
+    R_FIT
+} route_id;
 
 typedef struct {
     const char *path;
@@ -63,6 +76,7 @@ static const route routes[] = {
     {"/metrics", "GET", R_METRICS, 0},
     {"/tokenize", "POST", R_TOKENIZE, 0},
     {"/detokenize", "POST", R_DETOKENIZE, 0},
+    {"/fit", "GET", R_FIT, 0},
 };
 
 /* The route for path (a trailing slash is forgiven), or NULL. */
@@ -248,6 +262,9 @@ static MHD_RESULT dispatch(srv_conn *cn, struct MHD_Connection *c)
     case R_MODELS: status = srv_route_models(s, &body); break;
     case R_HEALTH: status = srv_route_health(s, &body); break;
     case R_STATS: status = srv_route_stats(s, &body); break;
+    case R_FIT:
+        status = srv_route_fit(s, &body);
+        break;
     case R_TOKENIZE: status = srv_route_tokenize(s, b, cn->body.len, &body); break;
     case R_COUNT_TOKENS: status = srv_route_count_tokens(s, b, cn->body.len, &body); break;
     case R_DETOKENIZE: status = srv_route_detokenize(s, b, cn->body.len, &body); break;
@@ -489,6 +506,13 @@ kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
     if (m->ctx < 2) return kiln_fail(err, KILN_E_INVALID, "context of %d tokens is too small", (int)m->ctx);
     s->tok = m->tok;
     s->cfg.ctx = m->ctx;
+    if (m->admission) s->adm = *m->admission;
+    s->kv_budget_bytes = m->kv_budget_bytes;
+    if (m->fit_json) {
+        json_error_t je;
+        s->fit = json_loads(m->fit_json, 0, &je);
+        if (!s->fit) return kiln_fail(err, KILN_E_INTERNAL, "fit report: %s", je.text);
+    }
     s->cfg.n_threads = m->n_threads;
     if (s->model_dir) {
         kiln_err e2;
@@ -542,6 +566,7 @@ void srv_stop(srv_server *s)
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (s->listen_fd >= 0) close(s->listen_fd);
     srv_chat_free(s->chat);
+    json_decref(s->fit);
     srv_rstore_destroy(s->rstore);
     srv_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);

@@ -38,6 +38,9 @@ struct srv_server {
     pthread_cond_t cv;            /* signalled when a gen leaves the list */
     srv_gen *active;              /* generations in flight (srv_gen.c) */
     int n_active;
+    eng_admit_plan adm;       /* set by srv_attach; adm.ctx == 0: no plan */
+    uint64_t kv_budget_bytes; /* --kv-budget; 0 = none */
+    json_t *fit;              /* OWNED: GET /fit body; NULL = none */
 };
 
 /* Generation (srv_gen.c) */
@@ -62,6 +65,7 @@ void srv_gen_cancel_all(srv_server *s);
 int srv_route_models(srv_server *s, json_t **body);
 int srv_route_health(srv_server *s, json_t **body);
 int srv_route_stats(srv_server *s, json_t **body);
+int srv_route_fit(srv_server *s, json_t **body);
 int srv_route_metrics(srv_server *s, srv_buf *text);
 int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body);
 int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **body);

@@ -50,6 +50,45 @@ int srv_route_health(srv_server *s, json_t **body)
     return 200;
 }
 
+static json_t *bytes_or_null(uint64_t b)
+{
+    return b ? json_integer((json_int_t)b) : json_null();
+}
+
+/* The memory-admission numbers (docs/server.md, Memory admission): a new
+ * object (OWNED by the caller), merged into /stats "admission". */
+static json_t *admission_json(const srv_server *s, const eng_stats *st)
+{
+    const eng_admit_plan *a = &s->adm;
+    json_t *o = json_object();
+    if (!o) return NULL;
+    json_object_set_new(o, "max_safe_context",
+                        json_integer(a->ctx ? a->max_safe_context : s->cfg.ctx));
+    json_object_set_new(o, "enforced_context_tokens",
+                        a->enforced_context ? json_integer(a->enforced_context) : json_null());
+    json_object_set_new(o, "context_limit_source", json_string(eng_limit_source_name(a->source)));
+    json_object_set_new(o, "memory_budget_bytes", bytes_or_null(a->budget_bytes));
+    json_object_set_new(o, "kv_budget_bytes", bytes_or_null(s->kv_budget_bytes));
+    json_object_set_new(o, "weights_bytes", json_integer((json_int_t)a->fit.weights_bytes));
+    json_object_set_new(o, "usable_bytes",
+                        a->budget_bytes ? json_integer((json_int_t)a->usable_bytes) : json_null());
+    json_object_set_new(o, "overhead_bytes", json_integer((json_int_t)a->overhead_bytes));
+    json_object_set_new(o, "kv_bytes_per_token",
+                        json_integer((json_int_t)a->fit.kv_bytes_per_token));
+    json_object_set_new(o, "kv_projected_bytes", json_integer((json_int_t)st->kv_projected_bytes));
+    json_object_set_new(o, "kv_budget_waits", json_integer((json_int_t)st->kv_budget_waits));
+    return o;
+}
+
+int srv_route_fit(srv_server *s, json_t **body)
+{
+    if (!atomic_load(&s->engine))
+        return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
+    if (!s->fit) return fail(body, KILN_E_NOT_FOUND, NULL, "no memory plan for this server");
+    *body = json_incref(s->fit);
+    return 200;
+}
+
 int srv_route_stats(srv_server *s, json_t **body)
 {
     eng_engine *e = atomic_load(&s->engine);
@@ -84,6 +123,9 @@ int srv_route_stats(srv_server *s, json_t **body)
         (json_int_t)st.completion_tokens, "cached", (json_int_t)st.cached_tokens,
         "engine", "steps", (json_int_t)st.steps, "step_tokens", (json_int_t)st.step_tokens,
         "preemptions", (json_int_t)st.preemptions, "busy_s", st.busy_s);
+    json_t *adm = j ? admission_json(s, &st) : NULL;
+    if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */
+    json_decref(adm);
     srv_rstore_stats rs = srv_rstore_get_stats(s->rstore);
     if (j)
         json_object_set_new(j, "responses_store",

@@ -15,11 +15,22 @@ b=$("$KILN" fit --model "$M" --ctx 256 --batch 4 --bandwidth 10 --json)
 get() { $PY -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 [ "$(get "$a" kv_bytes_per_token)" = 1280 ] && ok kv_per_token || no kv_per_token "$(get "$a" kv_bytes_per_token)"
 [ "$(get "$a" kv_blocks)" = $(( (256/16 + 1) * 4 )) ] && ok kv_blocks || no kv_blocks "$(get "$a" kv_blocks)"
-c1=$(get "$("$KILN" fit --model "$M" --budget 0.03 --bandwidth 10 --json)" max_safe_context)
-c2=$(get "$("$KILN" fit --model "$M" --budget 0.06 --bandwidth 10 --json)" max_safe_context)
-[ "$c1" -gt 0 ] && [ "$c2" -gt "$c1" ] && ok budget_monotonic || no budget_monotonic "$c1 $c2"
+# --budget plans as `kiln serve --memory-budget`: the process overhead (binary,
+# tokenizer, a default 64 MiB responses store) counts; the pool gets the rest.
+# Budgets are placed relative to the fixed part so the test survives other KV formats.
+g=$("$KILN" fit --model "$M" --budget 1 --bandwidth 10 --json)
+fixed=$(( $(get "$g" budget_bytes) - $(get "$g" usable_bytes) ))
+blk=$(( $(get "$g" kv_bytes_per_token) * 16 + 64 ))
+gb() { $PY -c "print('%.9f' % ($1 / 1e9))"; }
+p1=$("$KILN" fit --model "$M" --budget "$(gb $((fixed + 12 * blk)))" --bandwidth 10 --json)
+c1=$(get "$p1" max_safe_context)
+c2=$(get "$("$KILN" fit --model "$M" --budget "$(gb $((fixed + 24 * blk)))" --bandwidth 10 --json)" max_safe_context)
+[ "$c1" -gt 0 ] && [ "$c2" -gt "$c1" ] && [ "$c1" -le 256 ] && ok budget_monotonic || no budget_monotonic "$c1 $c2"
 t=$(get "$("$KILN" fit --model "$M" --ctx "$c1" --bandwidth 10 --json)" total_bytes)
-[ "$t" -le 30000000 ] && ok max_ctx_fits_budget || no max_ctx_fits_budget "$t"
+ov=$(get "$p1" overhead_bytes)
+[ $((t + ov)) -le $((fixed + 12 * blk + 2 * blk)) ] && ok max_ctx_fits_budget || no max_ctx_fits_budget "$t + $ov"
+[ $(( $(get "$p1" total_bytes) + ov )) -le "$(get "$p1" budget_bytes)" ] && ok plan_within_budget || no plan_within_budget "$p1"
+"$KILN" fit --model "$M" --budget 0.001 --bandwidth 10 --json >/dev/null 2>"$(mktemp)" && no budget_too_small "exit 0" || ok budget_too_small
 # weights are never read: a file with valid headers and zeroed data plans the same
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 cp "$M"/*.json "$T/"; $PY - "$M/model.safetensors" "$T/model.safetensors" <<'PYEOF'

@@ -58,6 +58,8 @@ static char dir[512];
 
 static int prefix_cache_on = 1;
 
+static uint64_t kv_budget; /* start(): --kv-budget bytes, 0 = none */
+
 static eng_engine *start(int max_seqs, int max_queue)
 {
     kiln_err err;
@@ -73,6 +75,8 @@ static eng_engine *start(int max_seqs, int max_queue)
     eo.max_queue = max_queue;
     eo.prefill_chunk = 16;
     eo.prefix_cache = prefix_cache_on;
+    eo.kv_budget_bytes = kv_budget;
+    eo.kv_bytes_per_token = 1280; /* stories260K: 5 layers x K,V x 4 heads x 8 x f32 */
     eng_engine *e;
     if (eng_engine_start(rt, tok, &eo, &e, &err)) return NULL;
     return e;
@@ -307,6 +311,53 @@ static void test_invalid_requests_are_refused(void)
     stop_all(e);
 }
 
+/* --kv-budget of 2.5 units (1 unit = 64 positions): A and B (1 unit each) run,
+ * C (2 units) waits for both, D (1 unit) arrives after C and must not overtake
+ * it although it would fit beside B: D is admitted only once C has finished
+ * (C beside D is 3 units), so C's DONE is queued before D's first token. */
+static void test_kv_budget_queues_fifo_without_overtaking(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    kv_budget = (uint64_t)(2.5 * 64 * 1280);
+    eng_engine *e = start(8, 64);
+    kv_budget = 0;
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_params big = params(prompt_a, 6, 64 * 3, 0.0f, 0);
+    eng_handle *h[4];
+    ASSERT_EQ_I64(eng_submit(e, &big, &h[0], &err), KILN_E_BUDGET); /* over the budget alone */
+    ASSERT_TRUE(strstr(err.msg, "--kv-budget") != NULL);
+    int32_t mt[4] = {58, 58, 122, 58}; /* 6 + mt = 64, 64, 128, 64 positions */
+    for (int i = 0; i < 4; i++) {
+        eng_params p = params(prompt_a, 6, mt[i], 0.0f, 0);
+        p.ignore_eos = true;
+        ASSERT_OK(eng_submit(e, &p, &h[i], &err));
+    }
+    eng_event ev;
+    ASSERT_EQ_I64(eng_handle_next(h[3], &ev, 60000), 0); /* D's first event */
+    ASSERT_TRUE(ev.kind == ENG_EV_TOKEN);
+    eng_event_clear(&ev);
+    int c_done = 0, rc;
+    while (!c_done && (rc = eng_handle_next(h[2], &ev, 0)) == 0) { /* only what is queued */
+        c_done = ev.kind != ENG_EV_TOKEN;
+        if (c_done) ASSERT_EQ_I64(ev.completion_tokens, 122);
+        eng_event_clear(&ev);
+    }
+    ASSERT_TRUE(c_done);
+    collected c;
+    ASSERT_EQ_I64(collect(h[3], &c), 0);
+    ASSERT_EQ_I64(c.completion_tokens, 58);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ_I64(collect(h[i], &c), 0);
+        ASSERT_EQ_I64(c.completion_tokens, 58);
+    }
+    eng_stats st = eng_get_stats(e);
+    ASSERT_TRUE(st.kv_budget_waits >= 2);
+    for (int i = 0; i < 4; i++)
+        eng_handle_release(h[i]);
+    stop_all(e);
+}
+
 int main(void)
 {
     RUN(test_concurrent_requests_equal_each_alone);
@@ -317,5 +368,6 @@ int main(void)
     RUN(test_prefix_cache_off_reuses_nothing);
     RUN(test_streamed_text_continues_the_prompt);
     RUN(test_invalid_requests_are_refused);
+    RUN(test_kv_budget_queues_fifo_without_overtaking);
     return TEST_DONE();
 }
