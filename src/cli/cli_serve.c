@@ -33,7 +33,7 @@
 #include <string.h>
 
 typedef struct {
-    const char *model, *host, *thinking, *api_key, *tool_parser;
+    const char *model, *host, *thinking, *api_key, *tool_parser, *unix_path;
     int tool_family; /* srv_tc_family, or -1: detect from the chat template */
     int64_t port, batch, ctx, max_tokens, top_k, max_queue, threads, max_body;
     double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
@@ -206,6 +206,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     sc.responses_store_bytes = (size_t)(f->responses_store_mib * 1048576.0);
     sc.defaults = pick_defaults(f, flags, &cfg);
     sc.timeout_s = f->timeout;
+    sc.unix_path = f->unix_path;
     serve_state st = {0};
     /* Bind first: a taken port fails in milliseconds, not after the load. */
     if (srv_start(&sc, &st.srv, &err)) {
@@ -268,6 +269,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
            id, f->host, srv_port(st.srv), st.rt->o.n_threads, kn_isa_name(), (int)f->batch,
            (int)st.rt->o.ctx, (int)es.kv.n_blocks, (int)es.kv_block_tokens,
            (double)es.kv.bytes / 1048576.0);
+    if (f->unix_path) printf("kiln: also serving on unix:%s\n", f->unix_path);
     if (plan.budget_bytes)
         printf("kiln: memory budget %.3f GB: max safe context %d tokens, enforced %d (%s), %.1f "
                "MiB usable for KV\n",
@@ -328,6 +330,8 @@ int cli_serve(int argc, char **argv)
          0},
         {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)",
          0},
+        {"unix", CLI_STR, &f.unix_path, "PATH",
+         "also serve the API on this unix-domain socket (mode 0600), with POST /admin/lease", 0},
         {"memory-budget", CLI_FLOAT, &f.memory_budget, "GB",
          "process memory budget (decimal GB): KV pool and scratch sized inside it, its max safe "
          "context "

@@ -80,6 +80,8 @@ struct eng_engine {
     eng_stats stats;           /* under mu */
     uint64_t kv_running;       /* engine thread: projected KV of the running list */
     int head_waiting;          /* engine thread: the head already counted as a kv-budget wait */
+    int32_t leases;            /* under mu: execution leases held; no step starts while > 0 */
+    int in_step;               /* under mu: the engine thread is between admission and step end */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -321,7 +323,7 @@ kiln_code eng_submit(eng_engine *e, const eng_params *p, eng_handle **out, kiln_
     e->wait_tail = h;
     e->n_waiting++;
     e->stats.requests_total++;
-    pthread_cond_signal(&e->cv);
+    pthread_cond_broadcast(&e->cv); /* the engine and lease waiters share cv */
     pthread_mutex_unlock(&e->mu);
     *out = h;
     return KILN_OK;
@@ -722,13 +724,58 @@ static void engine_step(eng_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Under e->mu: sleeps up to 50 ms or until signalled (submit, release, stop). */
+static void lease_wait(eng_engine *e)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += 50 * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&e->cv, &e->mu, &dl);
+}
+
+void eng_engine_lease_acquire(eng_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    int32_t held = ++e->leases;
+    e->stats.leases = held;
+    while (e->in_step && !e->stopping)
+        pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    KLOG_INFO("engine", "lease acquired (held=%d)", (int)held);
+}
+
+void eng_engine_lease_release(eng_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    KILN_ASSERT(e->leases > 0);
+    e->leases--;
+    e->stats.leases = e->leases;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    KLOG_INFO("engine", "lease released");
+}
+
 static void *engine_main(void *arg)
 {
     eng_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stopping && !e->wait_head && e->n_running == 0) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->stopping && !e->leases && !e->wait_head && e->n_running == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
         int stopping = e->stopping;
+        if (!stopping && e->leases > 0) {
+            /* leased: no step; wake now and then to let cancelled requests go */
+            lease_wait(e);
+            pthread_mutex_unlock(&e->mu);
+            drop_cancelled(e);
+            drop_cancelled_waiting(e);
+            continue;
+        }
+        e->in_step = !stopping;
         pthread_mutex_unlock(&e->mu);
         if (stopping) break;
         drop_cancelled(e);
@@ -737,6 +784,8 @@ static void *engine_main(void *arg)
         drop_cancelled(e);
         engine_step(e);
         pthread_mutex_lock(&e->mu);
+        e->in_step = 0;
+        pthread_cond_broadcast(&e->cv); /* lease_acquire waits for the step's end */
         e->stats.running = e->n_running;
         e->stats.waiting = e->n_waiting;
         e->stats.kv = kv_pool_get_stats(e->rt->kv); /* the pool is engine-thread only */

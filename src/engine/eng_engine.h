@@ -97,6 +97,7 @@ typedef struct {
     int32_t kv_block_tokens;
     uint64_t kv_projected_bytes; /* sum over running sequences (--kv-budget accounting) */
     uint64_t kv_budget_waits;    /* times the queue head waited for --kv-budget room */
+    int32_t leases;              /* execution leases held (eng_engine_lease_acquire) */
 } eng_stats;
 
 /* API */
@@ -120,5 +121,11 @@ void eng_handle_release(eng_handle *h);
 void eng_event_clear(eng_event *ev);
 eng_stats eng_get_stats(eng_engine *e);
 const char *eng_finish_name(eng_finish f); /* "stop", "length", ... */
+/* Execution lease (POST /admin/lease): while at least one is held no step
+ * starts; requests still queue, cancellation and eng_engine_stop still work.
+ * Acquire returns once the step in progress (if any) has finished; every
+ * acquire needs one release, after which the engine resumes. Any thread. */
+void eng_engine_lease_acquire(eng_engine *e);
+void eng_engine_lease_release(eng_engine *e);
 
 #endif

@@ -10,10 +10,10 @@
  * Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages,
  * POST /v1/messages/count_tokens, POST /v1/responses, GET /v1/models,
  * GET /health, GET /stats, GET /metrics, GET /fit, POST /tokenize, POST /detokenize
- * (docs/server.md). The server sees only engine/eng_engine.h, the tokenizer
- * and the template: never model/ or kv/.
- * Threads: libmicrohttpd runs one thread per connection; each one parses,
- * renders and tokenizes its request, then waits on its engine handle.
+ * (docs/server.md); POST /admin/lease on the unix socket only. The server sees only
+ * engine/eng_engine.h, the tokenizer and the template: never model/ or kv/. Threads: libmicrohttpd
+ * runs one thread per connection; each one parses, renders and tokenizes its request, then waits on
+ * its engine handle.
  */
 #ifndef KILN_SRV_H
 #define KILN_SRV_H
@@ -53,6 +53,9 @@ typedef struct {
     srv_sampling_defaults defaults;
     unsigned max_connections;
     double timeout_s;        /* per-request wall-clock limit; 0 = none (then cancelled) */
+    const char *unix_path;   /* BORROWED during srv_start: also serve on this unix-domain
+                                socket (mode 0600; a stale socket file is replaced, any other
+                                file refused); POST /admin/lease is served only there. NULL = none */
 } srv_config;
 
 /* What srv_attach makes available. */

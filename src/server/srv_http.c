@@ -32,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #if MHD_VERSION < 0x00097002
@@ -54,29 +56,32 @@ typedef enum {
     R_DETOKENIZE,
     R_COUNT_TOKENS,
     R_RESPONSES,
-    R_FIT
+    R_FIT,
+    R_LEASE
 } route_id;
 
 typedef struct {
     const char *path;
     const char *method;
     route_id id;
-    int public; /* no API key needed */
+    int public;    /* no API key needed */
+    int unix_only; /* reachable only over --unix (404 over TCP) */
 } route;
 
 static const route routes[] = {
-    {"/v1/chat/completions", "POST", R_CHAT, 0},
-    {"/v1/completions", "POST", R_COMPLETIONS, 0},
-    {"/v1/messages", "POST", R_MESSAGES, 0},
-    {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS, 0},
-    {"/v1/responses", "POST", R_RESPONSES, 0},
-    {"/v1/models", "GET", R_MODELS, 0},
-    {"/health", "GET", R_HEALTH, 1},
-    {"/stats", "GET", R_STATS, 0},
-    {"/metrics", "GET", R_METRICS, 0},
-    {"/tokenize", "POST", R_TOKENIZE, 0},
-    {"/detokenize", "POST", R_DETOKENIZE, 0},
-    {"/fit", "GET", R_FIT, 0},
+    {"/v1/chat/completions", "POST", R_CHAT, 0, 0},
+    {"/v1/completions", "POST", R_COMPLETIONS, 0, 0},
+    {"/v1/messages", "POST", R_MESSAGES, 0, 0},
+    {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS, 0, 0},
+    {"/v1/responses", "POST", R_RESPONSES, 0, 0},
+    {"/v1/models", "GET", R_MODELS, 0, 0},
+    {"/health", "GET", R_HEALTH, 1, 0},
+    {"/stats", "GET", R_STATS, 0, 0},
+    {"/metrics", "GET", R_METRICS, 0, 0},
+    {"/tokenize", "POST", R_TOKENIZE, 0, 0},
+    {"/detokenize", "POST", R_DETOKENIZE, 0, 0},
+    {"/fit", "GET", R_FIT, 0, 0},
+    {"/admin/lease", "POST", R_LEASE, 0, 1},
 };
 
 /* The route for path (a trailing slash is forgiven), or NULL. */
@@ -97,6 +102,7 @@ typedef struct {
     srv_buf body;   /* OWNED: the request body so far, (1) */
     bool too_large;
     bool answered;  /* an error was queued on the first call */
+    bool via_unix;  /* accepted on the --unix socket */
     int fd;
 } srv_conn;
 
@@ -222,6 +228,69 @@ static MHD_RESULT start_stream(srv_conn *cn, struct MHD_Connection *c, srv_gen *
     return rc;
 }
 
+/* ---------------------------------------------------------------- execution lease */
+
+/* POST /admin/lease: once the engine has finished its step in progress, one
+ * line "leased\n", then the connection stays open; the lease is released when
+ * the client goes (or the server stops), in lease_free. */
+typedef struct {
+    srv_server *s;
+    eng_engine *e; /* BORROWED: outlives every connection (srv_stop runs first) */
+    int fd;
+    bool sent;
+} srv_lease;
+
+static ssize_t lease_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    srv_lease *l = cls;
+    (void)pos;
+    if (!l->sent && max >= 7) {
+        memcpy(buf, "leased\n", 7);
+        l->sent = true;
+        return 7;
+    }
+    for (;;) { /* hold until the client disconnects or the server stops */
+        if (atomic_load(&l->s->stopping)) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!peer_alive(&l->fd)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        usleep(50000);
+    }
+}
+
+static void lease_free(void *cls)
+{
+    srv_lease *l = cls;
+    eng_engine_lease_release(l->e);
+    KLOG_INFO("srv", "lease ended");
+    free(l);
+}
+
+static MHD_RESULT start_lease(srv_conn *cn, struct MHD_Connection *c)
+{
+    eng_engine *e = atomic_load(&cn->s->engine);
+    srv_lease *l = e ? calloc(1, sizeof *l) : NULL;
+    if (!l) {
+        srv_error err = e ? srv_error_make(KILN_E_NOMEM, NULL, "out of memory")
+                          : srv_error_make(SRV_E_LOADING, NULL, "the model is still loading");
+        return send_error(cn, c, &err);
+    }
+    l->s = cn->s;
+    l->e = e;
+    l->fd = cn->fd;
+    eng_engine_lease_acquire(e); /* returns after the step in progress */
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64, lease_read, l, lease_free);
+    if (!r) {
+        lease_free(l);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_RESULT rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    srv_metrics_request(cn->s->metrics, cn->rt->path, 200);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 static MHD_RESULT do_generate(srv_conn *cn, struct MHD_Connection *c, srv_api api)
@@ -259,6 +328,8 @@ static MHD_RESULT dispatch(srv_conn *cn, struct MHD_Connection *c)
     case R_COMPLETIONS: return do_generate(cn, c, SRV_API_COMPLETION);
     case R_MESSAGES: return do_generate(cn, c, SRV_API_ANTHROPIC);
     case R_RESPONSES: return do_generate(cn, c, SRV_API_RESPONSES);
+    case R_LEASE:
+        return start_lease(cn, c);
     case R_MODELS: status = srv_route_models(s, &body); break;
     case R_HEALTH: status = srv_route_health(s, &body); break;
     case R_STATS: status = srv_route_stats(s, &body); break;
@@ -305,6 +376,7 @@ static MHD_RESULT first_call(srv_conn *cn, struct MHD_Connection *c, const char 
 {
     srv_error e;
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cn->rt && cn->rt->unix_only && !cn->via_unix) cn->rt = NULL; /* not reachable over TCP */
     if (!cn->rt) {
         e = srv_error_make(SRV_E_ROUTE, NULL, "no route %.100s %.200s", method, url);
     } else if (strcmp(method, cn->rt->method) != 0) {
@@ -336,6 +408,8 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         cn->rt = find_route(url);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         cn->fd = ci ? ci->connect_fd : -1;
+        const union MHD_ConnectionInfo *di = MHD_get_connection_info(c, MHD_CONNECTION_INFO_DAEMON);
+        cn->via_unix = s->mhd_unix && di && di->daemon == s->mhd_unix;
         *con_cls = cn;
         return first_call(cn, c, url, method);
     }
@@ -425,6 +499,69 @@ static kiln_code listen_on(const char *host, int port, int *fd_out, int *port_ou
     return KILN_OK;
 }
 
+/* A unix-domain listening socket at path, mode 0600. An existing socket file
+ * is replaced when nothing listens on it (stale); a live one, or any other
+ * kind of file, is refused and left alone. Called before any other thread
+ * exists in kiln serve (it sets the umask around bind). */
+static kiln_code listen_unix(const char *path, int *fd_out, unsigned long long *dev,
+                             unsigned long long *ino, kiln_err *err)
+{
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    if (!path[0] || strlen(path) >= sizeof sa.sun_path)
+        return kiln_fail(err, KILN_E_INVALID, "--unix path must be 1..%zu bytes",
+                         sizeof sa.sun_path - 1);
+    memcpy(sa.sun_path, path, strlen(path));
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return kiln_fail(err, KILN_E_IO,
+                             "--unix %s exists and is not a socket; not replacing it", path);
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (probe >= 0) close(probe);
+        if (live) return kiln_fail(err, KILN_E_IO, "another server is listening on %s", path);
+        if (unlink(path) != 0)
+            return kiln_fail(err, KILN_E_IO, "cannot remove the stale socket %s: %s", path,
+                             strerror(errno));
+        KLOG_INFO("srv", "removed stale socket path=%s", path);
+    } else if (errno != ENOENT) {
+        return kiln_fail(err, KILN_E_IO, "--unix %s: %s", path, strerror(errno));
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return kiln_fail(err, KILN_E_IO, "unix socket: %s", strerror(errno));
+    mode_t old = umask(0177); /* the file is born 0600: no window with wider access */
+    int b = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    int saved = errno;
+    umask(old);
+    if (b != 0) {
+        close(fd);
+        return kiln_fail(err, KILN_E_IO, "cannot bind %s: %s", path, strerror(saved));
+    }
+    if (chmod(path, 0600) != 0 || lstat(path, &st) != 0 || listen(fd, 128) != 0) {
+        saved = errno;
+        unlink(path);
+        close(fd);
+        return kiln_fail(err, KILN_E_IO, "cannot listen on %s: %s", path, strerror(saved));
+    }
+    *dev = (unsigned long long)st.st_dev;
+    *ino = (unsigned long long)st.st_ino;
+    *fd_out = fd;
+    return KILN_OK;
+}
+
+static struct MHD_Daemon *start_daemon(srv_server *s, int fd)
+{
+    return MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+            MHD_USE_ITC | MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+        s->cfg.max_connections ? s->cfg.max_connections : 512u, MHD_OPTION_CONNECTION_TIMEOUT, 600u,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+}
+
 static char *dup_or_null(const char *s)
 {
     return s ? strdup(s) : NULL;
@@ -459,6 +596,7 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
     if (!s) return kiln_fail(err, KILN_E_NOMEM, "server: out of memory");
     s->cfg = *c;
     s->listen_fd = -1;
+    s->unix_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->host = strdup(c->host ? c->host : "127.0.0.1");
@@ -480,23 +618,38 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
     s->cfg.model_id = s->model_id;
     s->cfg.model_dir = s->model_dir;
     s->cfg.api_key = s->api_key;
+    if (c->unix_path) {
+        kiln_code urc =
+            (s->unix_path = strdup(c->unix_path))
+                ? listen_unix(s->unix_path, &s->unix_fd, &s->unix_dev, &s->unix_ino, err)
+                : kiln_fail(err, KILN_E_NOMEM, "server: out of memory");
+        if (urc) {
+            free(s->unix_path);
+            s->unix_path = NULL; /* not ours: never unlinked */
+            srv_stop(s);
+            return urc;
+        }
+        s->cfg.unix_path = s->unix_path;
+    }
     kiln_code rc = listen_on(s->host, c->port, &s->listen_fd, &s->port, err);
     if (rc) {
         srv_stop(s);
         return rc;
     }
-    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                                  MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                              0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                              MHD_OPTION_CONNECTION_LIMIT, c->max_connections ? c->max_connections : 512u,
-                              MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_EXTERNAL_LOGGER,
-                              mhd_log, s, MHD_OPTION_END);
+    s->mhd = start_daemon(s, s->listen_fd);
     if (!s->mhd) {
         srv_stop(s);
         return kiln_fail(err, KILN_E_IO, "cannot start the HTTP server on %s:%d", c->host, c->port);
     }
     s->listen_fd = -1; /* MHD owns it now */
+    if (s->unix_path) {
+        s->mhd_unix = start_daemon(s, s->unix_fd);
+        if (!s->mhd_unix) {
+            srv_stop(s);
+            return kiln_fail(err, KILN_E_IO, "cannot start the HTTP server on %s", s->unix_path);
+        }
+        s->unix_fd = -1;
+    }
     *out = s;
     return KILN_OK;
 }
@@ -542,8 +695,10 @@ void srv_quiesce(srv_server *s)
 {
     if (!s) return;
     atomic_store(&s->stopping, 1);
-    if (s->mhd) {
-        MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+    struct MHD_Daemon *ds[2] = {s->mhd, s->mhd_unix};
+    for (int i = 0; i < 2; i++) {
+        if (!ds[i]) continue;
+        MHD_socket fd = MHD_quiesce_daemon(ds[i]);
         if (fd != MHD_INVALID_SOCKET) close(fd);
     }
 }
@@ -564,7 +719,15 @@ void srv_stop(srv_server *s)
     }
     pthread_mutex_unlock(&s->mu);
     if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->mhd_unix) MHD_stop_daemon(s->mhd_unix); /* a lease in flight ends: stopping is set */
     if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->unix_fd >= 0) close(s->unix_fd);
+    struct stat st;
+    if (s->unix_path && lstat(s->unix_path, &st) == 0 &&
+        (unsigned long long)st.st_dev == s->unix_dev &&
+        (unsigned long long)st.st_ino == s->unix_ino)
+        unlink(s->unix_path); /* only the file we made */
+    free(s->unix_path);
     srv_chat_free(s->chat);
     json_decref(s->fit);
     srv_rstore_destroy(s->rstore);

@@ -41,6 +41,10 @@ struct srv_server {
     eng_admit_plan adm;       /* set by srv_attach; adm.ctx == 0: no plan */
     uint64_t kv_budget_bytes; /* --kv-budget; 0 = none */
     json_t *fit;              /* OWNED: GET /fit body; NULL = none */
+    struct MHD_Daemon *mhd_unix;           /* OWNED: the --unix listener; NULL = none */
+    char *unix_path;                       /* OWNED copy of cfg.unix_path */
+    int unix_fd;                           /* owned by mhd_unix once started */
+    unsigned long long unix_dev, unix_ino; /* the socket file we made (removed at stop) */
 };
 
 /* Generation (srv_gen.c) */

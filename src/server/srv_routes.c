@@ -123,6 +123,7 @@ int srv_route_stats(srv_server *s, json_t **body)
         (json_int_t)st.completion_tokens, "cached", (json_int_t)st.cached_tokens,
         "engine", "steps", (json_int_t)st.steps, "step_tokens", (json_int_t)st.step_tokens,
         "preemptions", (json_int_t)st.preemptions, "busy_s", st.busy_s);
+    if (j) json_object_set_new(json_object_get(j, "engine"), "leases", json_integer(st.leases));
     json_t *adm = j ? admission_json(s, &st) : NULL;
     if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */
     json_decref(adm);

@@ -358,6 +358,47 @@ static void test_kv_budget_queues_fifo_without_overtaking(void)
     stop_all(e);
 }
 
+/* While a lease is held no step runs: a request waits (no event), a cancelled
+ * one still leaves; after the release the waiting one completes. */
+static void test_lease_holds_steps_until_released(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    eng_engine *e = start(4, 64);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_engine_lease_acquire(e);
+    ASSERT_EQ_I64(eng_get_stats(e).leases, 1);
+    eng_params p = params(prompt_a, 6, 8, 0.0f, 0);
+    p.ignore_eos = true;
+    eng_handle *h, *gone;
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    ASSERT_OK(eng_submit(e, &p, &gone, &err));
+    eng_event ev;
+    ASSERT_EQ_I64(eng_handle_next(h, &ev, 300), 1); /* nothing while leased */
+    eng_handle_cancel(gone);
+    ASSERT_EQ_I64(eng_handle_next(gone, &ev, 5000), 0); /* cancellation works while leased */
+    ASSERT_EQ_I64(ev.kind, ENG_EV_DONE);
+    ASSERT_EQ_I64(ev.finish, ENG_FINISH_CANCELLED);
+    eng_event_clear(&ev);
+    eng_stats st = eng_get_stats(e);
+    ASSERT_EQ_U64(st.steps, 0);
+    ASSERT_EQ_I64(st.waiting, 1);
+    eng_engine_lease_release(e);
+    collected c;
+    ASSERT_EQ_I64(collect(h, &c), 0);
+    ASSERT_EQ_I64(c.completion_tokens, 8);
+    eng_handle_release(h);
+    eng_handle_release(gone);
+    /* stop while leased: the waiting request is cancelled, the thread joins */
+    eng_engine_lease_acquire(e);
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    stop_all(e);
+    ASSERT_EQ_I64(eng_handle_next(h, &ev, 5000), 0);
+    ASSERT_EQ_I64(ev.finish, ENG_FINISH_CANCELLED);
+    eng_event_clear(&ev);
+    eng_handle_release(h);
+}
+
 int main(void)
 {
     RUN(test_concurrent_requests_equal_each_alone);
@@ -369,5 +410,6 @@ int main(void)
     RUN(test_streamed_text_continues_the_prompt);
     RUN(test_invalid_requests_are_refused);
     RUN(test_kv_budget_queues_fifo_without_overtaking);
+    RUN(test_lease_holds_steps_until_released);
     return TEST_DONE();
 }
