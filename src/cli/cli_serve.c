@@ -11,8 +11,10 @@
 #include "cli/cli.h"
 #include "cli/cli_args.h"
 #include "cli/cli_hf.h"
+#include "cli/cli_ssd.h"
 #include "engine/eng_engine.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_ssd.h"
 #include "kernels/kn_cpu.h"
 #include "server/srv.h"
 #include "server/srv_toolcall.h"
@@ -33,6 +35,8 @@ typedef struct {
     int tool_family; /* srv_tc_family, or -1: detect from the chat template */
     int64_t port, batch, ctx, max_tokens, top_k, max_queue, threads, max_body;
     double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
+    const char *ssd_cache; /* --ssd-cache DIR */
+    double ssd_cache_max;  /* GiB; 0 = no cap */
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -129,13 +133,22 @@ typedef struct {
     tok_tokenizer *tok;
     eng_engine *eng;
     srv_server *srv;
+    kv_ssd *ssd;
 } serve_state;
 
 static void serve_close(serve_state *st)
 {
     srv_quiesce(st->srv);
     srv_stop(st->srv);  /* cancels in flight, waits (bounded), joins HTTP threads */
+    if (st->ssd && st->eng) { /* SSD: what is published goes to disk before we go */
+        eng_flush_result fr;
+        eng_cache_flush(st->eng, 10000, &fr, NULL);
+        KLOG_INFO("ssd", "shutdown flush durable=%d queued=%llu written=%llu pending=%llu",
+                  (int)fr.durable, (unsigned long long)fr.queued, (unsigned long long)fr.flushed,
+                  (unsigned long long)fr.pending);
+    }
     eng_engine_stop(st->eng);
+    kv_ssd_close(st->ssd, 5.0);
     tok_destroy(st->tok);
     eng_runtime_close(st->rt);
 }
@@ -188,6 +201,15 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     }
     eng_engine_opts eo = eng_engine_opts_default();
     eo.max_queue = (int32_t)f->max_queue;
+    if (f->ssd_cache) {
+        if (cli_ssd_open(f->ssd_cache, f->ssd_cache_max, dir, st.rt, false, &st.ssd, &err)) {
+            serve_close(&st);
+            return cli_fail("serve", &err);
+        }
+        eo.ssd = st.ssd;
+        const char *wb = getenv("KILN_SSD_WRITEBEHIND");
+        eo.ssd_writebehind = !(wb && !strcmp(wb, "0"));
+    }
     const cli_flag *pc = cli_find(flags, "prompt-cache");
     if (pc && pc->seen && f->prompt_cache == 0) eo.prefix_cache = false; /* --prompt-cache 0: off */
     if (f->prompt_cache > 0) {
@@ -251,6 +273,10 @@ int cli_serve(int argc, char **argv)
         {"responses-store-mib", CLI_FLOAT, &f.responses_store_mib, "MIB",
          "memory for stored /v1/responses conversations, least recently used evicted (default 64)", 0},
         {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)", 0},
+        {"ssd-cache", CLI_STR, &f.ssd_cache, "DIR",
+         "persist KV blocks of cached prefixes in DIR (survives restarts; one server per DIR)", 0},
+        {"ssd-cache-max", CLI_FLOAT, &f.ssd_cache_max, "GIB",
+         "size cap of --ssd-cache, least recently used evicted (default: none)", 0},
         {0},
     };
     int pr = cli_parse("serve", "Serve a model over an OpenAI-compatible HTTP API.", flags, argc, argv);
@@ -258,6 +284,10 @@ int cli_serve(int argc, char **argv)
     int thinking;
     if (check_flags(&f, &thinking)) return 2;
     f.tool_family = f.tool_parser ? srv_tc_family_from_name(f.tool_parser) : -1;
+    if (f.ssd_cache_max < 0 || (f.ssd_cache_max > 0 && !f.ssd_cache)) {
+        fprintf(stderr, "kiln serve: --ssd-cache-max needs --ssd-cache and must be >= 0\n");
+        return 2;
+    }
     if (f.responses_ttl <= 0 || f.responses_store_mib <= 0) {
         fprintf(stderr, "kiln serve: --responses-ttl and --responses-store-mib must be > 0\n");
         return 2;

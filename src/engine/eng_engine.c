@@ -76,6 +76,7 @@ struct eng_engine {
     eng_step_item *items;      /* OWNED [max_seqs] */
     eng_handle **owners;       /* OWNED [max_seqs]: the handle of each item */
     eng_stats stats;           /* under mu */
+    eng_ssd *ssdw;             /* OWNED: SSD write-behind; NULL without a tier */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -93,7 +94,8 @@ eng_params eng_params_default(void)
 eng_engine_opts eng_engine_opts_default(void)
 {
     eng_engine_opts o = {
-        .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .prefix_cache = true};
+        .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .prefix_cache = true,
+        .ssd_writebehind = true};
     return o;
 }
 
@@ -648,12 +650,14 @@ static void engine_step(eng_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+static void engine_wait_for_work(eng_engine *e);
+
 static void *engine_main(void *arg)
 {
     eng_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stopping && !e->wait_head && e->n_running == 0) pthread_cond_wait(&e->cv, &e->mu);
+        engine_wait_for_work(e);
         int stopping = e->stopping;
         pthread_mutex_unlock(&e->mu);
         if (stopping) break;
@@ -665,7 +669,9 @@ static void *engine_main(void *arg)
         e->stats.running = e->n_running;
         e->stats.waiting = e->n_waiting;
         e->stats.kv = kv_pool_get_stats(e->rt->kv); /* the pool is engine-thread only */
+        bool idle = e->n_running == 0 && !e->wait_head;
         pthread_mutex_unlock(&e->mu);
+        if (e->ssdw) eng_ssd_work(e->ssdw, idle); /* SSD: flush passes; write-behind when idle */
     }
     /* shutting down: everything still here is cancelled */
     while (e->n_running > 0) {
@@ -685,6 +691,39 @@ static void *engine_main(void *arg)
         req_finish(e, h, ENG_FINISH_CANCELLED, NULL, NULL);
     }
     return NULL;
+}
+
+/* ---------------------------------------------------------------- SSD tier */
+
+/* Under e->mu: sleeps until a request, a stop, or SSD work (flush pass or
+ * write-behind while idle) is due. */
+static void engine_wait_for_work(eng_engine *e)
+{
+    int ms;
+    while (!e->stopping && !e->wait_head && e->n_running == 0 &&
+           (ms = e->ssdw ? eng_ssd_wait_ms(e->ssdw) : -1) != 0) {
+        if (ms < 0) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += (long)ms * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&e->cv, &e->mu, &dl);
+    }
+}
+
+kiln_code eng_cache_flush(eng_engine *e, int timeout_ms, eng_flush_result *r, kiln_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!e->ssdw) return kiln_fail(err, KILN_E_UNSUPPORTED, "no SSD cache: start with --ssd-cache DIR");
+    uint64_t ticket = eng_ssd_flush_request(e->ssdw);
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_broadcast(&e->cv); /* the engine may be asleep */
+    pthread_mutex_unlock(&e->mu);
+    eng_ssd_flush_wait(e->ssdw, ticket, timeout_ms, r);
+    return KILN_OK;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -717,6 +756,14 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     }
     e->stats.kv_block_tokens = rt->o.block_tokens;
     e->stats.kv = kv_pool_get_stats(rt->kv);
+    if (o->ssd) { /* SSD tier: spill-on-evict + RAM-miss loads in the pool, write-behind here */
+        kiln_err werr;
+        kv_ssd_attach(o->ssd, rt->kv);
+        if (eng_ssd_create(o->ssd, rt->kv, o->ssd_writebehind, &e->ssdw, &werr) != KILN_OK) {
+            eng_engine_stop(e);
+            return kiln_fail(err, werr.code, "%s", werr.msg);
+        }
+    }
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         eng_engine_stop(e);
         return kiln_fail(err, KILN_E_NOMEM, "engine: cannot start its thread");
@@ -738,6 +785,8 @@ void eng_engine_stop(eng_engine *e)
     }
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    if (e->ssdw) kv_ssd_attach(NULL, e->rt->kv); /* the tier may close before the pool */
+    eng_ssd_free(e->ssdw);
     free(e->running);
     free(e->items);
     free(e->owners);
@@ -750,5 +799,9 @@ eng_stats eng_get_stats(eng_engine *e)
     eng_stats s = e->stats;
     s.waiting = e->n_waiting;
     pthread_mutex_unlock(&e->mu);
+    if (e->o.ssd) { /* kv_ssd locks inside */
+        s.ssd_on = true;
+        s.ssd = kv_ssd_get_stats(e->o.ssd);
+    }
     return s;
 }

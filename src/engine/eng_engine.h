@@ -31,6 +31,7 @@
 
 #include "engine/eng_runtime.h"
 #include "engine/eng_sample.h"
+#include "engine/eng_ssd.h"
 #include "tokenizer/tok.h"
 
 typedef struct eng_engine eng_engine;
@@ -77,6 +78,9 @@ typedef struct {
     int32_t max_step_tokens;  /* token budget per step (decode + prefill chunks) */
     int32_t prefill_chunk;    /* max prefill tokens of one sequence per step */
     bool prefix_cache;        /* share KV blocks of common prefixes (default true) */
+    /* SSD tier (eng_ssd.h): BORROWED, NULL = none; attached to the runtime's pool */
+    struct kv_ssd *ssd;
+    bool ssd_writebehind;     /* queue published blocks while idle (default true) */
 } eng_engine_opts;
 
 typedef struct {
@@ -87,6 +91,8 @@ typedef struct {
     double busy_s;            /* wall time inside steps */
     kv_pool_stats kv;
     int32_t kv_block_tokens;
+    bool ssd_on;              /* an SSD tier is attached; ssd holds its counters */
+    kv_ssd_stats ssd;
 } eng_stats;
 
 /* API */
@@ -110,5 +116,9 @@ void eng_handle_release(eng_handle *h);
 void eng_event_clear(eng_event *ev);
 eng_stats eng_get_stats(eng_engine *e);
 const char *eng_finish_name(eng_finish f); /* "stop", "length", ... */
+/* POST /admin/cache/flush: queues every published block not on disk (between
+ * two steps) and waits up to timeout_ms for the queue to drain.
+ * KILN_E_UNSUPPORTED without an SSD tier. Any thread. */
+kiln_code eng_cache_flush(eng_engine *e, int timeout_ms, eng_flush_result *r, kiln_err *err);
 
 #endif

@@ -64,7 +64,7 @@ struct item {
     uint8_t *buf;      /* OWNED header + payload + trailer */
 };
 
-enum { ST_FREE = 0, ST_QUEUED, ST_ONDISK };
+enum { ST_FREE = 0, ST_QUEUED, ST_ONDISK, ST_NEW }; /* ST_NEW: made, state not set yet */
 
 typedef struct {
     uint64_t key;
@@ -211,17 +211,18 @@ kiln_code kv_ssd_entry_check(const uint8_t *buf, size_t n, const kv_ssd_ident *i
 
 static void entry_name(char *out, size_t n, kv_ssd_kind kind, uint64_t key)
 {
-    snprintf(out, n, "%s%016" PRIx64 ".kv", kind == KV_SSD_CKPT ? "c" : "", key);
+    snprintf(out, n, "%s%016" PRIx64 ".kv", kind == KV_SSD_CKPT ? "ck-" : "", key);
 }
 
-/* Parses "<16 hex>.kv" or "c<16 hex>.kv". Returns 0 on a match. */
+/* Parses "<16 hex>.kv" or "ck-<16 hex>.kv" (the prefix is not a hex digit, so
+ * the two never mix). Returns 0 on a match. */
 static int parse_name(const char *name, kv_ssd_kind *kind, uint64_t *key)
 {
     const char *p = name;
     *kind = KV_SSD_BLOCK;
-    if (*p == 'c') {
+    if (!strncmp(p, "ck-", 3)) {
         *kind = KV_SSD_CKPT;
-        p++;
+        p += 3;
     }
     uint64_t v = 0;
     for (int i = 0; i < 16; i++, p++) {
@@ -334,6 +335,7 @@ static int32_t entry_new(kv_ssd *s, int kind, uint64_t key)
     memset(&s->ent[e], 0, sizeof s->ent[e]);
     s->ent[e].key = key;
     s->ent[e].kind = (uint8_t)kind;
+    s->ent[e].state = ST_NEW; /* in the map from now on: a rebuild keeps it */
     s->ent[e].lru_prev = s->ent[e].lru_next = -1;
     s->ent[e].free_next = -1;
     map_put_raw(s, e);
@@ -932,7 +934,7 @@ static kiln_code get_impl(kv_ssd *s, kv_ssd_kind kind, uint64_t key, void *dst, 
     kiln_code rc = read_whole(path, &buf, &n, err);
     if (!rc) rc = kv_ssd_entry_check(buf, n, &s->cfg.id, kind, key, &payload, &plen, err);
     if (!rc && want != SIZE_MAX && plen != want)
-        rc = kiln_fail(err, KILN_E_CORRUPT, "ssd entry: %zu payload bytes, the pool wants %zu",
+        rc = kiln_fail(err, KILN_E_INVALID, "ssd entry: %zu payload bytes, the pool wants %zu",
                        plen, want);
     if (!rc) {
         if (want == SIZE_MAX) {
@@ -955,6 +957,7 @@ static kiln_code get_impl(kv_ssd *s, kv_ssd_kind kind, uint64_t key, void *dst, 
         }
         rc = KILN_E_NOT_FOUND;
     }
+    if (rc == KILN_E_INVALID) rc = KILN_E_NOT_FOUND; /* another block size: not ours, not corrupt */
     if (kind == KV_SSD_BLOCK) rc ? s->st.misses++ : s->st.hits++;
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -1037,4 +1040,9 @@ void kv_ssd_pause_writer(kv_ssd *s, int paused)
     s->paused = paused;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+uint64_t kv_ssd_queue_cap(const kv_ssd *s)
+{
+    return s->cfg.queue_bytes;
 }

@@ -10,7 +10,7 @@
  *   kv_ssd_close(s, 5.0);                             // drains for up to 5 s
  *
  * An entry is one file DIR/<16 hex digits of the key>.kv (blocks) or
- * DIR/c<16 hex>.kv (generation checkpoints, KV_SSD_CKPT):
+ * DIR/ck-<16 hex>.kv (generation checkpoints, KV_SSD_CKPT):
  *   header (KV_SSD_HEADER_BYTES, little-endian, see kv_ssd.c) | payload | XXH3-64
  * where the header holds the full key (model fingerprint, KV format, tokenizer
  * identity, adapter namespace, the key hash, block_tokens) and the payload
@@ -109,8 +109,13 @@ void kv_ssd_remove(kv_ssd *s, kv_ssd_kind kind, uint64_t key);
  * pending (0: all durable). *written_out (may be NULL): entries written while waiting. */
 uint64_t kv_ssd_flush(kv_ssd *s, int timeout_ms, uint64_t *written_out);
 kv_ssd_stats kv_ssd_get_stats(kv_ssd *s);
+uint64_t kv_ssd_queue_cap(const kv_ssd *s); /* bytes */
 /* Checkpoint entries older than max_age_s are removed; returns how many. */
 int kv_ssd_expire(kv_ssd *s, kv_ssd_kind kind, double max_age_s);
+/* Makes s the second tier of pool (kv_ssd_tier.c): spill-on-evict and RAM-miss
+ * loads. s must outlive the pool's use; NULL detaches. */
+struct kv_pool;
+void kv_ssd_attach(kv_ssd *s, struct kv_pool *pool);
 /* Test hook: 1 holds the writer (queued items stay queued), 0 lets it go. */
 void kv_ssd_pause_writer(kv_ssd *s, int paused);
 

@@ -42,7 +42,7 @@ typedef enum MHD_Result MHD_RESULT;
 
 /* ---------------------------------------------------------------- routes */
 
-typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_MODELS, R_HEALTH, R_STATS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COUNT_TOKENS, R_RESPONSES } route_id;
+typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_MODELS, R_HEALTH, R_STATS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COUNT_TOKENS, R_RESPONSES, R_CACHE_FLUSH } route_id;
 
 typedef struct {
     const char *path;
@@ -63,6 +63,7 @@ static const route routes[] = {
     {"/metrics", "GET", R_METRICS, 0},
     {"/tokenize", "POST", R_TOKENIZE, 0},
     {"/detokenize", "POST", R_DETOKENIZE, 0},
+    {"/admin/cache/flush", "POST", R_CACHE_FLUSH, 0},
 };
 
 /* The route for path (a trailing slash is forgiven), or NULL. */
@@ -251,6 +252,7 @@ static MHD_RESULT dispatch(srv_conn *cn, struct MHD_Connection *c)
     case R_TOKENIZE: status = srv_route_tokenize(s, b, cn->body.len, &body); break;
     case R_COUNT_TOKENS: status = srv_route_count_tokens(s, b, cn->body.len, &body); break;
     case R_DETOKENIZE: status = srv_route_detokenize(s, b, cn->body.len, &body); break;
+    case R_CACHE_FLUSH: status = srv_route_cache_flush(s, &body); break;
     case R_METRICS: {
         srv_buf t = {0};
         status = srv_route_metrics(s, &t);
