@@ -37,6 +37,7 @@ typedef struct {
     double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
     const char *ssd_cache; /* --ssd-cache DIR */
     double ssd_cache_max;  /* GiB; 0 = no cap */
+    int64_t gen_ckpt;      /* --generation-checkpoint N; 0 = off */
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -202,13 +203,14 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     eng_engine_opts eo = eng_engine_opts_default();
     eo.max_queue = (int32_t)f->max_queue;
     if (f->ssd_cache) {
-        if (cli_ssd_open(f->ssd_cache, f->ssd_cache_max, dir, st.rt, false, &st.ssd, &err)) {
+        if (cli_ssd_open(f->ssd_cache, f->ssd_cache_max, dir, st.rt, f->gen_ckpt > 0, &st.ssd, &err)) {
             serve_close(&st);
             return cli_fail("serve", &err);
         }
         eo.ssd = st.ssd;
         const char *wb = getenv("KILN_SSD_WRITEBEHIND");
         eo.ssd_writebehind = !(wb && !strcmp(wb, "0"));
+        eo.ckpt_every = (int32_t)f->gen_ckpt;
     }
     const cli_flag *pc = cli_find(flags, "prompt-cache");
     if (pc && pc->seen && f->prompt_cache == 0) eo.prefix_cache = false; /* --prompt-cache 0: off */
@@ -277,6 +279,9 @@ int cli_serve(int argc, char **argv)
          "persist KV blocks of cached prefixes in DIR (survives restarts; one server per DIR)", 0},
         {"ssd-cache-max", CLI_FLOAT, &f.ssd_cache_max, "GIB",
          "size cap of --ssd-cache, least recently used evicted (default: none)", 0},
+        {"generation-checkpoint", CLI_INT, &f.gen_ckpt, "N",
+         "persist each generation every N tokens in --ssd-cache; an identical retried request "
+         "resumes after a crash (default: off)", 0},
         {0},
     };
     int pr = cli_parse("serve", "Serve a model over an OpenAI-compatible HTTP API.", flags, argc, argv);
@@ -284,6 +289,10 @@ int cli_serve(int argc, char **argv)
     int thinking;
     if (check_flags(&f, &thinking)) return 2;
     f.tool_family = f.tool_parser ? srv_tc_family_from_name(f.tool_parser) : -1;
+    if (f.gen_ckpt < 0 || f.gen_ckpt > 1000000 || (f.gen_ckpt > 0 && !f.ssd_cache)) {
+        fprintf(stderr, "kiln serve: --generation-checkpoint N needs --ssd-cache DIR and 1 <= N <= 1000000\n");
+        return 2;
+    }
     if (f.ssd_cache_max < 0 || (f.ssd_cache_max > 0 && !f.ssd_cache)) {
         fprintf(stderr, "kiln serve: --ssd-cache-max needs --ssd-cache and must be >= 0\n");
         return 2;

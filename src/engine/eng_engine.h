@@ -54,6 +54,11 @@ typedef struct {
     bool skip_special;       /* detokenize without special tokens (default true) */
     bool want_logprobs;      /* fill eng_event.so */
     uint64_t priority_seq;   /* FIFO order among equals; 0 = arrival */
+    /* generation checkpoints (eng_ckpt.h): the seed was picked by the server, not
+     * the client (a retry resumes from the stored PRNG state, not the seed), and
+     * the choice index among n (told apart when seeds are random) */
+    bool seed_random;
+    int32_t choice;
 } eng_params;
 
 typedef enum { ENG_EV_TOKEN, ENG_EV_DONE, ENG_EV_ERROR } eng_event_kind;
@@ -68,6 +73,7 @@ typedef struct {
     /* DONE (a final text tail may come with it in text) */
     eng_finish finish;
     int32_t prompt_tokens, completion_tokens, cached_tokens;
+    int32_t resumed_tokens;   /* tokens taken from a generation checkpoint (included in completion) */
     const char *stop_matched; /* BORROWED from the handle: the stop string that ended it, or NULL */
     /* ERROR */
     kiln_err err;
@@ -81,6 +87,8 @@ typedef struct {
     /* SSD tier (eng_ssd.h): BORROWED, NULL = none; attached to the runtime's pool */
     struct kv_ssd *ssd;
     bool ssd_writebehind;     /* queue published blocks while idle (default true) */
+    int32_t ckpt_every;       /* generation checkpoint every N tokens (needs ssd); 0 = off */
+    double ckpt_max_age_s;    /* checkpoints older than this are removed at start (default 1 day) */
 } eng_engine_opts;
 
 typedef struct {
@@ -92,6 +100,7 @@ typedef struct {
     kv_pool_stats kv;
     int32_t kv_block_tokens;
     bool ssd_on;              /* an SSD tier is attached; ssd holds its counters */
+    uint64_t ckpt_saved, ckpt_resumed; /* generation checkpoints queued / requests resumed */
     kv_ssd_stats ssd;
 } eng_stats;
 

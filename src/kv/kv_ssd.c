@@ -73,6 +73,8 @@ typedef struct {
     double mtime;               /* wall-clock seconds of the last write or use */
     int32_t lru_prev, lru_next; /* ONDISK */
     item *q;                    /* QUEUED */
+    item *next;                 /* QUEUED and in flight: a newer version (checkpoints), OWNED */
+    uint8_t doomed;             /* removed while in flight: unlink once written */
     int32_t free_next;
 } entry;
 
@@ -345,6 +347,13 @@ static int32_t entry_new(kv_ssd *s, int kind, uint64_t key)
 
 static void entry_free(kv_ssd *s, int32_t e)
 {
+    if (s->ent[e].next) { /* a newer version that never got queued */
+        s->st.pending--;
+        s->st.pending_bytes -= s->ent[e].next->bytes;
+        free(s->ent[e].next->buf);
+        free(s->ent[e].next);
+        s->ent[e].next = NULL;
+    }
     map_del(s, e);
     s->ent[e].state = ST_FREE;
     s->ent[e].free_next = s->free_head;
@@ -580,9 +589,27 @@ static void *writer_main(void *arg)
         } else {
             s->writes_ok++;
             s->st.written++;
-            ondisk_add(s, it->entry, body + KV_SSD_TRAILER_BYTES, wall_now());
-            s->ent[it->entry].q = NULL;
-            evict_over_cap(s);
+            entry *m2 = &s->ent[it->entry];
+            if (m2->doomed) { /* kv_ssd_remove came while it was written */
+                char path[4200];
+                path_of(s, path, sizeof path, (kv_ssd_kind)m2->kind, m2->key);
+                unlink(path);
+                entry_free(s, it->entry);
+            } else if (m2->next) { /* a newer version came while this one was written: queue it */
+                item *nx = m2->next;
+                m2->next = NULL;
+                m2->q = nx;
+                nx->prev = s->q_tail;
+                if (s->q_tail)
+                    s->q_tail->next = nx;
+                else
+                    s->q_head = nx;
+                s->q_tail = nx;
+            } else {
+                ondisk_add(s, it->entry, body + KV_SSD_TRAILER_BYTES, wall_now());
+                m2->q = NULL;
+                evict_over_cap(s);
+            }
         }
         free(it->buf);
         free(it);
@@ -799,9 +826,40 @@ void kv_ssd_close(kv_ssd *s, double drain_s)
 int kv_ssd_has(kv_ssd *s, kv_ssd_kind kind, uint64_t key)
 {
     pthread_mutex_lock(&s->mu);
-    int r = map_find(s, kind, key) >= 0;
+    int32_t e = map_find(s, kind, key);
+    int r = e >= 0 && !s->ent[e].doomed;
     pthread_mutex_unlock(&s->mu);
     return r;
+}
+
+/* Under mu: keeps data as the version to write after the in-flight one of e. */
+static int stash_newer(kv_ssd *s, int32_t e, const void *data, size_t bytes)
+{
+    if (s->st.degraded) return -1;
+    item *it = calloc(1, sizeof *it);
+    uint8_t *buf = malloc(KV_SSD_HEADER_BYTES + bytes + KV_SSD_TRAILER_BYTES);
+    if (!it || !buf) {
+        free(it);
+        free(buf);
+        s->st.dropped++;
+        return -1;
+    }
+    memcpy(buf + KV_SSD_HEADER_BYTES, data, bytes);
+    it->buf = buf;
+    it->bytes = bytes;
+    it->entry = e;
+    s->ent[e].doomed = 0; /* a newer version outlives a removal */
+    item *old = s->ent[e].next;
+    if (old) { /* replaced before it was ever queued */
+        s->st.pending_bytes -= old->bytes;
+        free(old->buf);
+        free(old);
+    } else {
+        s->st.pending++;
+    }
+    s->st.pending_bytes += bytes;
+    s->ent[e].next = it;
+    return 1;
 }
 
 int kv_ssd_put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size_t bytes)
@@ -814,8 +872,10 @@ int kv_ssd_put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size
             queue_drop(s, s->ent[old].q);
         else if (s->ent[old].state == ST_ONDISK)
             ondisk_remove(s, old, 0); /* rename overwrites */
-        else
-            goto out; /* being written right now: keep that one */
+        else { /* being written right now: the newer version waits beside it */
+            r = stash_newer(s, old, data, bytes);
+            goto out;
+        }
         old = -1;
     }
     if (old >= 0) goto out;
@@ -900,8 +960,13 @@ static kiln_code get_impl(kv_ssd *s, kv_ssd_kind kind, uint64_t key, void *dst, 
         pthread_mutex_unlock(&s->mu);
         return kiln_fail(err, KILN_E_NOT_FOUND, "not in the ssd cache");
     }
+    if (s->ent[e].state == ST_QUEUED && s->ent[e].doomed) {
+        if (kind == KV_SSD_BLOCK) s->st.misses++;
+        pthread_mutex_unlock(&s->mu);
+        return kiln_fail(err, KILN_E_NOT_FOUND, "not in the ssd cache");
+    }
     if (s->ent[e].state == ST_QUEUED) { /* not written yet: serve the queued copy */
-        item *it = s->ent[e].q;
+        item *it = s->ent[e].next ? s->ent[e].next : s->ent[e].q; /* the newest version */
         kiln_code rc = KILN_OK;
         if (want != SIZE_MAX && it->bytes != want) {
             rc = kiln_fail(err, KILN_E_NOT_FOUND, "ssd entry of %zu bytes, want %zu", it->bytes,
@@ -988,7 +1053,8 @@ void kv_ssd_remove(kv_ssd *s, kv_ssd_kind kind, uint64_t key)
             ondisk_remove(s, e, 1);
         else if (!s->ent[e].q->in_flight)
             queue_drop(s, s->ent[e].q);
-        /* in flight: it lands on disk; expiry removes it later */
+        else
+            s->ent[e].doomed = 1; /* in flight: the writer unlinks it once written */
     }
     pthread_mutex_unlock(&s->mu);
 }

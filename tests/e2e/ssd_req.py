@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """ssd_req.py — one /v1/completions request for the SSD-cache e2e tests.
 
-  ssd_req.py URL PREFIX_ID [max_tokens] [extra JSON]   -> prints one JSON line:
+  ssd_req.py URL PREFIX_ID [max_tokens] [extra JSON]   -> prints one JSON line
+  (a negative PREFIX_ID: a short ~150-token prompt, as ssd_kill.py sends):
   {"ttft": s, "cached": n, "prompt": n, "text": "...", "resumed": n, "finish": "..."}
 
 The prompt is a deterministic ~2,000-token text chosen by PREFIX_ID; the
@@ -21,7 +22,7 @@ def prompt_for(pid):
 def main():
     url, pid = sys.argv[1], int(sys.argv[2])
     max_tokens = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    body = {"prompt": prompt_for(pid), "max_tokens": max_tokens, "temperature": 0,
+    body = {"prompt": prompt_for(pid) if pid >= 0 else prompt_for(-pid)[:400], "max_tokens": max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}
     if len(sys.argv) > 4:
         body.update(json.loads(sys.argv[4]))
