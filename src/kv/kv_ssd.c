@@ -698,7 +698,7 @@ static kiln_code scan_dir(kv_ssd *s, kiln_err *err)
     }
     closedir(d);
     if (rc == KILN_OK) {
-        qsort(rows, n, sizeof *rows, by_mtime); /* least recently used first */
+        if (n) qsort(rows, n, sizeof *rows, by_mtime); /* least recently used first */
         for (size_t i = 0; i < n; i++)
             ondisk_add(s, rows[i].e, s->ent[rows[i].e].file_bytes, rows[i].mtime);
         evict_over_cap(s);
