@@ -10,14 +10,20 @@
 json_t *srv_ssd_stats_json(const eng_stats *st)
 {
     const kv_ssd_stats *s = &st->ssd;
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:f}",
-                     "entries", (json_int_t)s->entries, "bytes", (json_int_t)s->bytes, "hits",
-                     (json_int_t)s->hits, "misses", (json_int_t)s->misses, "hit_tokens",
-                     (json_int_t)(s->hits * (uint64_t)st->kv_block_tokens), "pending",
-                     (json_int_t)s->pending, "dropped", (json_int_t)s->dropped, "failed",
-                     (json_int_t)s->failed, "quarantined", (json_int_t)s->quarantined, "written",
-                     (json_int_t)s->written, "evicted", (json_int_t)s->evicted, "checkpoints",
-                     (json_int_t)s->ckpt_entries, "degraded", s->degraded, "scan_s", s->scan_s);
+    json_t *j =
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:f}",
+                  "entries", (json_int_t)s->entries, "bytes", (json_int_t)s->bytes, "hits",
+                  (json_int_t)s->hits, "misses", (json_int_t)s->misses, "hit_tokens",
+                  (json_int_t)(s->hits * (uint64_t)st->kv_block_tokens), "pending",
+                  (json_int_t)s->pending, "dropped", (json_int_t)s->dropped, "failed",
+                  (json_int_t)s->failed, "quarantined", (json_int_t)s->quarantined, "written",
+                  (json_int_t)s->written, "evicted", (json_int_t)s->evicted, "checkpoints",
+                  (json_int_t)s->ckpt_entries, "degraded", s->degraded, "scan_s", s->scan_s);
+    if (j) { /* generation checkpoints queued / requests resumed from one */
+        json_object_set_new(j, "checkpoints_saved", json_integer((json_int_t)st->ckpt_saved));
+        json_object_set_new(j, "checkpoints_resumed", json_integer((json_int_t)st->ckpt_resumed));
+    }
+    return j;
 }
 
 int srv_route_cache_flush(srv_server *s, json_t **body)
