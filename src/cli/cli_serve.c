@@ -12,9 +12,11 @@
 #include "cli/cli_args.h"
 #include "cli/cli_hf.h"
 #include "engine/eng_admit.h"
+#include "cli/cli_ssd.h"
 #include "engine/eng_engine.h"
 #include "engine/eng_fit_report.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_ssd.h"
 #include "kernels/kn_cpu.h"
 #include "server/srv.h"
 #include "server/srv_toolcall.h"
@@ -39,6 +41,9 @@ typedef struct {
     double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
     double memory_budget, kv_budget; /* decimal GB; 0 = none */
     int32_t env_limit;               /* KILN_CONTEXT_LIMIT; 0 = unset */
+    const char *ssd_cache; /* --ssd-cache DIR */
+    double ssd_cache_max;  /* GiB; 0 = no cap */
+    int64_t gen_ckpt;      /* --generation-checkpoint N; 0 = off */
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -171,13 +176,22 @@ typedef struct {
     tok_tokenizer *tok;
     eng_engine *eng;
     srv_server *srv;
+    kv_ssd *ssd;
 } serve_state;
 
 static void serve_close(serve_state *st)
 {
     srv_quiesce(st->srv);
     srv_stop(st->srv);  /* cancels in flight, waits (bounded), joins HTTP threads */
+    if (st->ssd && st->eng) { /* SSD: what is published goes to disk before we go */
+        eng_flush_result fr;
+        eng_cache_flush(st->eng, 10000, &fr, NULL);
+        KLOG_INFO("ssd", "shutdown flush durable=%d queued=%llu written=%llu pending=%llu",
+                  (int)fr.durable, (unsigned long long)fr.queued, (unsigned long long)fr.flushed,
+                  (unsigned long long)fr.pending);
+    }
     eng_engine_stop(st->eng);
+    kv_ssd_close(st->ssd, 5.0);
     tok_destroy(st->tok);
     eng_runtime_close(st->rt);
 }
@@ -235,6 +249,16 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     eo.max_queue = (int32_t)f->max_queue;
     eo.kv_budget_bytes = (uint64_t)(f->kv_budget * 1e9);
     eo.kv_bytes_per_token = plan.fit.kv_bytes_per_token;
+    if (f->ssd_cache) {
+        if (cli_ssd_open(f->ssd_cache, f->ssd_cache_max, dir, st.rt, f->gen_ckpt > 0, &st.ssd, &err)) {
+            serve_close(&st);
+            return cli_fail("serve", &err);
+        }
+        eo.ssd = st.ssd;
+        const char *wb = getenv("KILN_SSD_WRITEBEHIND");
+        eo.ssd_writebehind = !(wb && !strcmp(wb, "0"));
+        eo.ckpt_every = (int32_t)f->gen_ckpt;
+    }
     const cli_flag *pc = cli_find(flags, "prompt-cache");
     if (pc && pc->seen && f->prompt_cache == 0) eo.prefix_cache = false; /* --prompt-cache 0: off */
     if (f->prompt_cache > 0) {
@@ -341,6 +365,13 @@ int cli_serve(int argc, char **argv)
          "cap on the running requests' projected KV (prompt + max_tokens); joiners over it wait "
          "(default: none)",
          0},
+        {"ssd-cache", CLI_STR, &f.ssd_cache, "DIR",
+         "persist KV blocks of cached prefixes in DIR (survives restarts; one server per DIR)", 0},
+        {"ssd-cache-max", CLI_FLOAT, &f.ssd_cache_max, "GIB",
+         "size cap of --ssd-cache, least recently used evicted (default: none)", 0},
+        {"generation-checkpoint", CLI_INT, &f.gen_ckpt, "N",
+         "persist each generation every N tokens in --ssd-cache; an identical retried request "
+         "resumes after a crash (default: off)", 0},
         {0},
     };
     int pr = cli_parse("serve", "Serve a model over an OpenAI-compatible HTTP API.", flags, argc, argv);
@@ -358,6 +389,14 @@ int cli_serve(int argc, char **argv)
         return 2;
     }
     f.tool_family = f.tool_parser ? srv_tc_family_from_name(f.tool_parser) : -1;
+    if (f.gen_ckpt < 0 || f.gen_ckpt > 1000000 || (f.gen_ckpt > 0 && !f.ssd_cache)) {
+        fprintf(stderr, "kiln serve: --generation-checkpoint N needs --ssd-cache DIR and 1 <= N <= 1000000\n");
+        return 2;
+    }
+    if (f.ssd_cache_max < 0 || (f.ssd_cache_max > 0 && !f.ssd_cache)) {
+        fprintf(stderr, "kiln serve: --ssd-cache-max needs --ssd-cache and must be >= 0\n");
+        return 2;
+    }
     if (f.responses_ttl <= 0 || f.responses_store_mib <= 0) {
         fprintf(stderr, "kiln serve: --responses-ttl and --responses-store-mib must be > 0\n");
         return 2;

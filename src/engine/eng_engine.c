@@ -22,6 +22,7 @@
  */
 #include "engine/eng_engine.h"
 #include "engine/eng_admit.h"
+#include "engine/eng_ckpt.h"
 #include "util/kiln_assert.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
@@ -57,6 +58,9 @@ struct eng_handle {
     int32_t n_generated, cached_tokens;
     int admitted_once;
     uint64_t kv_proj;      /* projected KV bytes charged while running (--kv-budget) */
+    uint64_t ckpt_id;      /* generation checkpoint identity; 0 = checkpoints off */
+    int32_t ckpt_blocks;   /* full blocks already handed to the tier */
+    int32_t resumed;       /* tokens replayed from a checkpoint */
     eng_handle *next;      /* wait queue link, under e->mu */
     double t_submit;
 };
@@ -82,6 +86,7 @@ struct eng_engine {
     int head_waiting;          /* engine thread: the head already counted as a kv-budget wait */
     int32_t leases;            /* under mu: execution leases held; no step starts while > 0 */
     int in_step;               /* under mu: the engine thread is between admission and step end */
+    eng_ssd *ssdw;             /* OWNED: SSD write-behind; NULL without a tier */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -99,7 +104,8 @@ eng_params eng_params_default(void)
 eng_engine_opts eng_engine_opts_default(void)
 {
     eng_engine_opts o = {
-        .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .prefix_cache = true};
+        .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .prefix_cache = true,
+        .ssd_writebehind = true, .ckpt_max_age_s = 86400};
     return o;
 }
 
@@ -394,6 +400,9 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     ev.prompt_tokens = h->p.n_prompt;
     ev.completion_tokens = h->n_generated;
     ev.cached_tokens = h->cached_tokens;
+    ev.resumed_tokens = h->resumed;
+    if (h->ckpt_id && (why == ENG_FINISH_STOP || why == ENG_FINISH_LENGTH))
+        kv_ssd_remove(e->o.ssd, KV_SSD_CKPT, h->ckpt_id); /* done: a retry starts afresh */
     if (h->seq) {
         eng_seq_free(h->seq, e->rt->kv);
         h->seq = NULL;
@@ -450,6 +459,8 @@ static long stop_find(const eng_handle *h, const char *s, size_t n, int *which)
 
 /* ---------------------------------------------------------------- per-token */
 
+static void ckpt_save(eng_engine *e, eng_handle *h);
+
 /* A sampled token: decode, match stops, emit. Returns 1 when the request ended. */
 static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample_out *so)
 {
@@ -505,6 +516,7 @@ static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample
         req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
         return 1;
     }
+    if (h->ckpt_id && h->n_generated % e->o.ckpt_every == 0) ckpt_save(e, h);
     return 0;
 }
 
@@ -524,6 +536,8 @@ static int32_t blocks_for(const eng_engine *e, int32_t tokens)
     int32_t bt = e->rt->o.block_tokens;
     return (tokens + bt - 1) / bt;
 }
+
+static int ckpt_resume(eng_engine *e, eng_handle *h);
 
 /* Moves waiting requests into the batch while there are slots and KV room for
  * their whole token history (so admission does not immediately preempt). */
@@ -574,6 +588,7 @@ static void engine_admit(eng_engine *e)
             const char *t;
             size_t n;
             tok_stream_push(h->ts, h->prompt[h->p.n_prompt - 1], &t, &n, NULL);
+            if (e->o.ckpt_every > 0 && ckpt_resume(e, h)) continue; /* ended in the replay */
         }
         int32_t hit = eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);
         if (!h->admitted_once) h->cached_tokens = hit < h->p.n_prompt ? hit : h->p.n_prompt;
@@ -759,13 +774,14 @@ void eng_engine_lease_release(eng_engine *e)
     KLOG_INFO("engine", "lease released");
 }
 
+static void engine_wait_for_work(eng_engine *e);
+
 static void *engine_main(void *arg)
 {
     eng_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stopping && !e->leases && !e->wait_head && e->n_running == 0)
-            pthread_cond_wait(&e->cv, &e->mu);
+        engine_wait_for_work(e);
         int stopping = e->stopping;
         if (!stopping && e->leases > 0) {
             /* leased: no step; wake now and then to let cancelled requests go */
@@ -790,7 +806,9 @@ static void *engine_main(void *arg)
         e->stats.waiting = e->n_waiting;
         e->stats.kv = kv_pool_get_stats(e->rt->kv); /* the pool is engine-thread only */
         e->stats.kv_projected_bytes = e->kv_running;
+        bool idle = e->n_running == 0 && !e->wait_head;
         pthread_mutex_unlock(&e->mu);
+        if (e->ssdw) eng_ssd_work(e->ssdw, idle); /* SSD: flush passes; write-behind when idle */
     }
     /* shutting down: everything still here is cancelled */
     while (e->n_running > 0) {
@@ -812,6 +830,81 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+/* ---------------------------------------------------------------- SSD tier */
+
+/* Under e->mu: sleeps until a request, a stop, or SSD work (flush pass or
+ * write-behind while idle) is due. */
+static void engine_wait_for_work(eng_engine *e)
+{
+    int ms;
+    while (!e->stopping && !e->leases && !e->wait_head && e->n_running == 0 &&
+           (ms = e->ssdw ? eng_ssd_wait_ms(e->ssdw) : -1) != 0) {
+        if (ms < 0) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += (long)ms * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&e->cv, &e->mu, &dl);
+    }
+}
+
+/* Generation checkpoints (eng_ckpt.h). Persists h's state; engine thread. */
+static void ckpt_save(eng_engine *e, eng_handle *h)
+{
+    if (eng_ckpt_save(e->o.ssd, e->rt->kv, h->ckpt_id, h->seq, h->p.n_prompt, h->n_generated,
+                      &h->rng, &h->ckpt_blocks)) {
+        pthread_mutex_lock(&e->mu);
+        e->stats.ckpt_saved++;
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
+/* At first admission: replays the checkpoint of an identical earlier request
+ * (its tokens go out as text again: a retry is a new response) and restores
+ * the PRNG. Returns 1 when the request ended during the replay (h is gone). */
+static int ckpt_resume(eng_engine *e, eng_handle *h)
+{
+    h->ckpt_id = eng_ckpt_identity(&h->p, e->rt->ns);
+    eng_ckpt ck;
+    if (eng_ckpt_load(e->o.ssd, h->ckpt_id, h->p.n_prompt, &ck, NULL) != KILN_OK) return 0;
+    if (ck.n_gen >= h->p.max_tokens) { /* cannot come from this request: ignore */
+        eng_ckpt_clear(&ck);
+        return 0;
+    }
+    eng_sample_out so;
+    memset(&so, 0, sizeof so);
+    for (int32_t i = 0; i < ck.n_gen; i++) {
+        h->resumed++;
+        if (req_token(e, h, ck.gen[i], &so)) {
+            eng_ckpt_clear(&ck);
+            return 1;
+        }
+    }
+    h->rng = ck.rng;
+    h->ckpt_blocks = 0;
+    KLOG_INFO("engine", "resumed a generation from its checkpoint tokens=%d", (int)ck.n_gen);
+    eng_ckpt_clear(&ck);
+    pthread_mutex_lock(&e->mu);
+    e->stats.ckpt_resumed++;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+kiln_code eng_cache_flush(eng_engine *e, int timeout_ms, eng_flush_result *r, kiln_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!e->ssdw) return kiln_fail(err, KILN_E_UNSUPPORTED, "no SSD cache: start with --ssd-cache DIR");
+    uint64_t ticket = eng_ssd_flush_request(e->ssdw);
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_broadcast(&e->cv); /* the engine may be asleep */
+    pthread_mutex_unlock(&e->mu);
+    eng_ssd_flush_wait(e->ssdw, ticket, timeout_ms, r);
+    return KILN_OK;
+}
+
 /* ---------------------------------------------------------------- lifecycle */
 
 kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_engine_opts *o,
@@ -825,6 +918,7 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     e->rt = rt;
     e->tok = tok;
     e->o = *o;
+    if (!o->ssd) e->o.ckpt_every = 0; /* checkpoints live in the SSD tier */
     e->ns = o->prefix_cache ? rt->ns : 0;
     if (e->o.max_step_tokens <= 0 || e->o.max_step_tokens > rt->o.max_step_tokens)
         e->o.max_step_tokens = rt->o.max_step_tokens;
@@ -842,6 +936,18 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     }
     e->stats.kv_block_tokens = rt->o.block_tokens;
     e->stats.kv = kv_pool_get_stats(rt->kv);
+    if (o->ssd) { /* SSD tier: spill-on-evict + RAM-miss loads in the pool, write-behind here */
+        kiln_err werr;
+        kv_ssd_attach(o->ssd, rt->kv);
+        if (o->ckpt_every > 0) {
+            int n = kv_ssd_expire(o->ssd, KV_SSD_CKPT, o->ckpt_max_age_s);
+            if (n) KLOG_INFO("engine", "removed stale generation checkpoints n=%d", n);
+        }
+        if (eng_ssd_create(o->ssd, rt->kv, o->ssd_writebehind, &e->ssdw, &werr) != KILN_OK) {
+            eng_engine_stop(e);
+            return kiln_fail(err, werr.code, "%s", werr.msg);
+        }
+    }
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         eng_engine_stop(e);
         return kiln_fail(err, KILN_E_NOMEM, "engine: cannot start its thread");
@@ -863,6 +969,8 @@ void eng_engine_stop(eng_engine *e)
     }
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    if (e->ssdw) kv_ssd_attach(NULL, e->rt->kv); /* the tier may close before the pool */
+    eng_ssd_free(e->ssdw);
     free(e->running);
     free(e->items);
     free(e->owners);
@@ -875,5 +983,9 @@ eng_stats eng_get_stats(eng_engine *e)
     eng_stats s = e->stats;
     s.waiting = e->n_waiting;
     pthread_mutex_unlock(&e->mu);
+    if (e->o.ssd) { /* kv_ssd locks inside */
+        s.ssd_on = true;
+        s.ssd = kv_ssd_get_stats(e->o.ssd);
+    }
     return s;
 }

@@ -31,6 +31,7 @@
 
 #include "engine/eng_runtime.h"
 #include "engine/eng_sample.h"
+#include "engine/eng_ssd.h"
 #include "tokenizer/tok.h"
 
 typedef struct eng_engine eng_engine;
@@ -53,6 +54,11 @@ typedef struct {
     bool skip_special;       /* detokenize without special tokens (default true) */
     bool want_logprobs;      /* fill eng_event.so */
     uint64_t priority_seq;   /* FIFO order among equals; 0 = arrival */
+    /* generation checkpoints (eng_ckpt.h): the seed was picked by the server, not
+     * the client (a retry resumes from the stored PRNG state, not the seed), and
+     * the choice index among n (told apart when seeds are random) */
+    bool seed_random;
+    int32_t choice;
 } eng_params;
 
 typedef enum { ENG_EV_TOKEN, ENG_EV_DONE, ENG_EV_ERROR } eng_event_kind;
@@ -67,6 +73,7 @@ typedef struct {
     /* DONE (a final text tail may come with it in text) */
     eng_finish finish;
     int32_t prompt_tokens, completion_tokens, cached_tokens;
+    int32_t resumed_tokens;   /* tokens taken from a generation checkpoint (included in completion) */
     const char *stop_matched; /* BORROWED from the handle: the stop string that ended it, or NULL */
     /* ERROR */
     kiln_err err;
@@ -85,6 +92,11 @@ typedef struct {
     uint64_t kv_budget_bytes;
     uint64_t
         kv_bytes_per_token; /* the KV format's bytes per position (eng_fit); needed with a cap */
+    /* SSD tier (eng_ssd.h): BORROWED, NULL = none; attached to the runtime's pool */
+    struct kv_ssd *ssd;
+    bool ssd_writebehind;     /* queue published blocks while idle (default true) */
+    int32_t ckpt_every;       /* generation checkpoint every N tokens (needs ssd); 0 = off */
+    double ckpt_max_age_s;    /* checkpoints older than this are removed at start (default 1 day) */
 } eng_engine_opts;
 
 typedef struct {
@@ -98,6 +110,9 @@ typedef struct {
     uint64_t kv_projected_bytes; /* sum over running sequences (--kv-budget accounting) */
     uint64_t kv_budget_waits;    /* times the queue head waited for --kv-budget room */
     int32_t leases;              /* execution leases held (eng_engine_lease_acquire) */
+    bool ssd_on;              /* an SSD tier is attached; ssd holds its counters */
+    uint64_t ckpt_saved, ckpt_resumed; /* generation checkpoints queued / requests resumed */
+    kv_ssd_stats ssd;
 } eng_stats;
 
 /* API */
@@ -127,5 +142,9 @@ const char *eng_finish_name(eng_finish f); /* "stop", "length", ... */
  * acquire needs one release, after which the engine resumes. Any thread. */
 void eng_engine_lease_acquire(eng_engine *e);
 void eng_engine_lease_release(eng_engine *e);
+/* POST /admin/cache/flush: queues every published block not on disk (between
+ * two steps) and waits up to timeout_ms for the queue to drain.
+ * KILN_E_UNSUPPORTED without an SSD tier. Any thread. */
+kiln_code eng_cache_flush(eng_engine *e, int timeout_ms, eng_flush_result *r, kiln_err *err);
 
 #endif

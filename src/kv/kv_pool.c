@@ -50,6 +50,8 @@ struct kv_pool {
     uint64_t *index_keys;
     int32_t index_cap;
     uint64_t hits, misses, evictions;
+    kv_tier tier;         /* SSD tier hooks (kv_pool_set_tier); all NULL = none */
+    uint64_t publish_gen; /* bumped by every publish (write-behind knows when to look) */
 };
 
 /* ---------------------------------------------------------------- index */
@@ -116,9 +118,12 @@ static void lru_push_tail(kv_pool *p, kv_block_id b)
 }
 
 /* CACHED -> FREE for the least recently used block (the cache cap). */
+static void spill(kv_pool *p, kv_block_id b);
+
 static void evict_to_free(kv_pool *p)
 {
     kv_block_id b = p->lru_head;
+    spill(p, b);
     lru_unlink(p, b);
     index_remove(p, p->meta[b].hash, b);
     p->meta[b].has_hash = 0;
@@ -206,6 +211,7 @@ kiln_code kv_pool_alloc(kv_pool *p, kv_block_id *out, kiln_err *err)
         p->n_free--;
     } else if (p->lru_head >= 0) {
         b = p->lru_head;
+        spill(p, b);
         lru_unlink(p, b);
         index_remove(p, p->meta[b].hash, b);
         p->meta[b].has_hash = 0;
@@ -266,6 +272,7 @@ int kv_pool_publish(kv_pool *p, kv_block_id b, uint64_t hash)
     p->meta[b].has_hash = 1;
     p->meta[b].hash = hash;
     index_insert(p, hash, b);
+    p->publish_gen++;
     return 1;
 }
 
@@ -360,4 +367,66 @@ uint64_t kv_hash_block(uint64_t parent, uint64_t ns, const int32_t *tokens, int3
     XXH3_64bits_update(&st, tokens, (size_t)n * sizeof *tokens);
     uint64_t h = XXH3_64bits_digest(&st);
     return h ? h : 1; /* 0 means "no parent" */
+}
+
+/* ---------------------------------------------------------------- raw bytes and SSD tier hooks */
+
+const void *kv_pool_block_data(const kv_pool *p, kv_block_id b, size_t *bytes)
+{
+    KILN_ASSERT(b >= 0 && b < p->cfg.n_blocks);
+    if (bytes) *bytes = p->block_bytes;
+    return p->slab + (size_t)b * p->block_bytes;
+}
+
+void *kv_pool_block_data_mut(kv_pool *p, kv_block_id b, size_t *bytes)
+{
+    KILN_ASSERT(b >= 0 && b < p->cfg.n_blocks);
+    if (bytes) *bytes = p->block_bytes;
+    return p->slab + (size_t)b * p->block_bytes;
+}
+
+void kv_pool_set_tier(kv_pool *p, const kv_tier *tier)
+{
+    if (tier) p->tier = *tier;
+    else memset(&p->tier, 0, sizeof p->tier);
+}
+
+/* A CACHED published block is about to lose its bytes: the tier may copy them. */
+static void spill(kv_pool *p, kv_block_id b)
+{
+    if (!p->tier.evict || !p->meta[b].has_hash) return;
+    size_t n;
+    const void *d = kv_pool_block_data(p, b, &n);
+    p->tier.evict(p->tier.user, p->meta[b].hash, d, n);
+}
+
+kv_block_id kv_pool_lookup_tier(kv_pool *p, uint64_t hash)
+{
+    if (!p->tier.load || index_find(p, hash) >= 0) return -1;
+    kv_block_id b;
+    if (kv_pool_alloc(p, &b, NULL) != KILN_OK) return -1;
+    size_t n;
+    void *d = kv_pool_block_data_mut(p, b, &n);
+    if (p->tier.load(p->tier.user, hash, d, n) != 0 || kv_pool_publish(p, b, hash) != 1) {
+        kv_pool_release(p, b); /* never published: back to FREE */
+        return -1;
+    }
+    return b;
+}
+
+kv_block_id kv_pool_next_published(const kv_pool *p, int32_t *cursor, uint64_t *hash)
+{
+    while (*cursor >= 0 && *cursor < p->cfg.n_blocks) {
+        kv_block_id b = (*cursor)++;
+        if (p->meta[b].has_hash) {
+            *hash = p->meta[b].hash;
+            return b;
+        }
+    }
+    return -1;
+}
+
+uint64_t kv_pool_publish_gen(const kv_pool *p)
+{
+    return p->publish_gen;
 }

@@ -40,6 +40,16 @@ typedef struct {
 
 typedef struct kv_pool kv_pool;
 
+/* A second tier below the pool (the SSD cache, kv_ssd_attach). Called on the
+ * thread that uses the pool. */
+typedef struct {
+    void *user;
+    /* a CACHED published block is about to be reused or freed: copy its bytes */
+    void (*evict)(void *user, uint64_t hash, const void *data, size_t bytes);
+    /* fill dst (bytes long) with the block published under hash; 0 on success */
+    int (*load)(void *user, uint64_t hash, void *dst, size_t bytes);
+} kv_tier;
+
 /* API */
 /* *out is new: kv_pool_destroy frees it. */
 kiln_code kv_pool_create(const kv_pool_config *cfg, kv_pool **out, kiln_err *err);
@@ -66,6 +76,19 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *pool);
  * least recently used go FREE at once (the --prompt-cache byte cap). */
 void kv_pool_set_cache_cap(kv_pool *pool, int32_t max_cached);
 int32_t kv_pool_available(const kv_pool *pool); /* FREE + CACHED */
+/* The raw bytes of block b (all layers; *bytes set to their count): what an
+ * SSD tier writes and reads back. The layout is fixed by the KV format, which
+ * is part of the namespace hash, so equal hashes mean equal layouts. */
+const void *kv_pool_block_data(const kv_pool *pool, kv_block_id b, size_t *bytes);
+void *kv_pool_block_data_mut(kv_pool *pool, kv_block_id b, size_t *bytes);
+/* SSD tier hooks (kv_pool.c, section "SSD tier hooks"). tier is copied; NULL removes it. */
+void kv_pool_set_tier(kv_pool *pool, const kv_tier *tier);
+/* After a RAM miss: a new block filled by the tier and published under hash,
+ * retained for the caller (ACTIVE); -1 when the tier has none or no block is free. */
+kv_block_id kv_pool_lookup_tier(kv_pool *pool, uint64_t hash);
+/* Walks published blocks (ACTIVE or CACHED) from *cursor (start at 0); -1 at the end. */
+kv_block_id kv_pool_next_published(const kv_pool *pool, int32_t *cursor, uint64_t *hash);
+uint64_t kv_pool_publish_gen(const kv_pool *pool); /* changes whenever a block is published */
 /* Checks invariants (1)..(4) of kv_pool.c; returns 0 when they hold. Tests. */
 int kv_pool_check(const kv_pool *pool);
 

@@ -46,6 +46,7 @@ typedef struct {
     bool done;
     eng_finish finish;
     int32_t prompt_tokens, completion_tokens, cached_tokens;
+    int32_t resumed_tokens; /* from a generation checkpoint (--generation-checkpoint) */
     bool errored;
     kiln_err err;
     const char *stop_matched; /* BORROWED from the handle (lives until srv_gen_free) */
@@ -289,6 +290,8 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
     for (int i = 0; i < r->n; i++) {
         kiln_err err;
         p.sp.seed = base + (uint64_t)i;
+        p.seed_random = !(r->set & SRV_SET_SEED); /* checkpoints: resume by state, not seed */
+        p.choice = i;
         if (eng_submit(eng, &p, &g->c[i].h, &err)) {
             *e = srv_error_from(&err, err.code == KILN_E_INVALID ? "" : NULL);
             if (err.code == KILN_E_BUDGET)
@@ -479,11 +482,13 @@ static int finish_anthropic(srv_gen *g, gen_choice *c, srv_buf *out)
     int rc = 0;
     if (!c->ant_block && !c->ant_open) rc |= ant_open(c, out, 2); /* always at least one block */
     rc |= ant_close(c, out);
-    rc |= event(out, "message_delta",
-                json_pack("{s:s, s:{s:s, s:o}, s:{s:i}}", "type", "message_delta", "delta",
-                          "stop_reason", anthropic_stop(g, c), "stop_sequence",
-                          c->stop_matched ? json_string(c->stop_matched) : json_null(), "usage",
-                          "output_tokens", (int)c->completion_tokens));
+    json_t *md = json_pack("{s:s, s:{s:s, s:o}, s:{s:i}}", "type", "message_delta", "delta",
+                           "stop_reason", anthropic_stop(g, c), "stop_sequence",
+                           c->stop_matched ? json_string(c->stop_matched) : json_null(), "usage",
+                           "output_tokens", (int)c->completion_tokens);
+    if (md && c->resumed_tokens > 0) /* generation checkpoint resumed */
+        json_object_set_new(json_object_get(md, "usage"), "resumed_tokens", json_integer(c->resumed_tokens));
+    rc |= event(out, "message_delta", md);
     rc |= event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
     return rc;
 }
@@ -570,6 +575,7 @@ static void choice_done(srv_gen *g, gen_choice *c, const eng_event *ev)
     c->prompt_tokens = ev->prompt_tokens;
     c->completion_tokens = ev->completion_tokens;
     c->cached_tokens = ev->cached_tokens;
+    c->resumed_tokens = ev->resumed_tokens;
     c->stop_matched = ev->stop_matched;
     srv_metrics_tokens(g->s->metrics, c == g->c ? ev->prompt_tokens : 0, ev->completion_tokens,
                        c == g->c ? ev->cached_tokens : 0);
@@ -679,6 +685,14 @@ static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
     return got;
 }
 
+/* usage.resumed_tokens: only when a generation checkpoint was resumed. */
+static void add_resumed(json_t *u, const srv_gen *g)
+{
+    int32_t resumed = 0;
+    for (int i = 0; i < g->r.n; i++) resumed += g->c[i].resumed_tokens;
+    if (u && resumed > 0) json_object_set_new(u, "resumed_tokens", json_integer(resumed));
+}
+
 static json_t *usage(const srv_gen *g)
 {
     int32_t completion = 0;
@@ -687,6 +701,7 @@ static json_t *usage(const srv_gen *g)
     for (int i = 0; i < g->r.n; i++) reasoning += g->c[i].reasoning_tokens;
     json_t *u = srv_reply_usage(g->n_prompt, completion, g->c[0].cached_tokens);
     srv_reply_usage_reasoning(u, reasoning);
+    add_resumed(u, g);
     return u;
 }
 
@@ -756,6 +771,7 @@ json_t *srv_gen_collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e)
                                         c->reasoning.len ? srv_json_text(c->reasoning.p, c->reasoning.len) : NULL,
                                         anthropic_stop(g, c), c->stop_matched, g->n_prompt,
                                         c->completion_tokens, c->cached_tokens);
+        add_resumed(json_object_get(m, "usage"), g);
         json_t *blocks = json_object_get(m, "content");
         for (size_t i = 0; i < nc && blocks; i++) {
             const char *name, *args;

@@ -57,7 +57,8 @@ typedef enum {
     R_COUNT_TOKENS,
     R_RESPONSES,
     R_FIT,
-    R_LEASE
+    R_LEASE,
+    R_CACHE_FLUSH
 } route_id;
 
 typedef struct {
@@ -82,6 +83,7 @@ static const route routes[] = {
     {"/detokenize", "POST", R_DETOKENIZE, 0, 0},
     {"/fit", "GET", R_FIT, 0, 0},
     {"/admin/lease", "POST", R_LEASE, 0, 1},
+    {"/admin/cache/flush", "POST", R_CACHE_FLUSH, 0, 0},
 };
 
 /* The route for path (a trailing slash is forgiven), or NULL. */
@@ -339,6 +341,7 @@ static MHD_RESULT dispatch(srv_conn *cn, struct MHD_Connection *c)
     case R_TOKENIZE: status = srv_route_tokenize(s, b, cn->body.len, &body); break;
     case R_COUNT_TOKENS: status = srv_route_count_tokens(s, b, cn->body.len, &body); break;
     case R_DETOKENIZE: status = srv_route_detokenize(s, b, cn->body.len, &body); break;
+    case R_CACHE_FLUSH: status = srv_route_cache_flush(s, &body); break;
     case R_METRICS: {
         srv_buf t = {0};
         status = srv_route_metrics(s, &t);

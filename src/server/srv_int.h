@@ -74,5 +74,8 @@ int srv_route_metrics(srv_server *s, srv_buf *text);
 int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body);
 int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **body);
 int srv_route_detokenize(srv_server *s, const char *req, size_t len, json_t **body);
+/* SSD cache (srv_ssd.c): POST /admin/cache/flush, and /stats.ssd_cache (NULL on OOM). */
+int srv_route_cache_flush(srv_server *s, json_t **body);
+json_t *srv_ssd_stats_json(const eng_stats *st);
 
 #endif

@@ -166,5 +166,19 @@ int srv_metrics_render(srv_metrics *m, const eng_stats *st, double uptime_s, srv
                     look ? (double)st->kv.hits / (double)look : 0.0);
     rc |= put_counter(b, "kiln_engine_steps_total", "Batched steps run.", st->steps);
     rc |= put_counter(b, "kiln_preemptions_total", "Sequences preempted for KV room.", st->preemptions);
+    if (st->ssd_on) { /* SSD tier (--ssd-cache) */
+        const kv_ssd_stats *d = &st->ssd;
+        rc |= put_gauge(b, "kiln_ssd_cache_entries", "Entries on disk.", (double)d->entries);
+        rc |= put_gauge(b, "kiln_ssd_cache_bytes", "Bytes on disk.", (double)d->bytes);
+        rc |= put_gauge(b, "kiln_ssd_cache_pending", "Entries queued for writing.", (double)d->pending);
+        rc |= put_counter(b, "kiln_ssd_cache_hits_total", "Blocks loaded from disk.", d->hits);
+        rc |= put_counter(b, "kiln_ssd_cache_misses_total", "Disk lookups that found nothing.", d->misses);
+        rc |= put_counter(b, "kiln_ssd_cache_written_total", "Entries made durable.", d->written);
+        rc |= put_counter(b, "kiln_ssd_cache_dropped_total", "Queued entries dropped (queue full).", d->dropped);
+        rc |= put_counter(b, "kiln_ssd_cache_failed_total", "Failed writes.", d->failed);
+        rc |= put_counter(b, "kiln_ssd_cache_quarantined_total", "Corrupt entries set aside.", d->quarantined);
+        rc |= put_counter(b, "kiln_ssd_cache_evicted_total", "Entries evicted by the size cap.", d->evicted);
+        rc |= put_gauge(b, "kiln_ssd_cache_degraded", "1 after a write failure stopped persistence.", d->degraded);
+    }
     return rc;
 }

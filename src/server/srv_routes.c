@@ -134,6 +134,7 @@ int srv_route_stats(srv_server *s, json_t **body)
                                       "bytes", (json_int_t)rs.bytes, "stored", (json_int_t)rs.stored, "hits",
                                       (json_int_t)rs.hits, "misses", (json_int_t)rs.misses, "evicted",
                                       (json_int_t)rs.evicted, "expired", (json_int_t)rs.expired));
+    if (j && st.ssd_on) json_object_set_new(j, "ssd_cache", srv_ssd_stats_json(&st));
     *body = j;
     return j ? 200 : 500;
 }

@@ -1,0 +1,44 @@
+#!/usr/bin/python3
+"""ssd_kill.py — streams one request and SIGKILLs the server after N chunks.
+
+  ssd_kill.py URL SERVER_PID N PREFIX_ID MAX_TOKENS [extra JSON]
+Prints {"chunks": n, "text": "text received before the kill"}.
+"""
+import json
+import os
+import signal
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ssd_req import prompt_for  # noqa: E402
+
+
+def main():
+    url, pid, n_kill, prefix, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    body = {"prompt": prompt_for(prefix)[:400], "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    if len(sys.argv) > 6:
+        body.update(json.loads(sys.argv[6]))
+    req = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    text, chunks = [], 0
+    try:
+        with urllib.request.urlopen(req, timeout=600) as r:
+            for line in r:
+                line = line.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                ev = json.loads(line[6:])
+                for c in ev.get("choices", []):
+                    text.append(c.get("text", ""))
+                    chunks += 1
+                if chunks >= n_kill:
+                    os.kill(pid, signal.SIGKILL)
+                    break
+    except Exception:
+        pass
+    print(json.dumps({"chunks": chunks, "text": "".join(text)}))
+
+
+if __name__ == "__main__":
+    main()

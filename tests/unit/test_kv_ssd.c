@@ -1,0 +1,466 @@
+/*
+ * test_kv_ssd.c — the SSD tier: round trips, restart indexing, corrupt entries
+ * (flipped byte, truncation, wrong model, wrong version) quarantined, the size
+ * cap's LRU eviction, the directory lock, the bounded queue, write failures.
+ */
+#include "kv/kv_ssd.h"
+#include "test.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#define BLK 4096
+
+static const kv_ssd_ident ID = {
+    .model_fp = 0x1111, .kv_format = 0x2222, .tok_fp = 0x3333, .adapter_ns = 0, .block_tokens = 16};
+
+static char dir_[256];
+
+static const char *fresh_dir(const char *name)
+{
+    snprintf(dir_, sizeof dir_, "%s/kv_ssd_%s_%d", KILN_BINARY_DIR, name, (int)getpid());
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_);
+    if (system(cmd) != 0) return NULL;
+    return dir_;
+}
+
+static kv_ssd *open_dir(const char *dir, kv_ssd_ident id, uint64_t max_bytes)
+{
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = id;
+    c.max_bytes = max_bytes;
+    kv_ssd *s = NULL;
+    kiln_err err;
+    if (kv_ssd_open(&c, &s, &err) != KILN_OK) fprintf(stderr, "open: %s\n", err.msg);
+    return s;
+}
+
+static void fill(uint8_t *b, int seed)
+{
+    for (int i = 0; i < BLK; i++)
+        b[i] = (uint8_t)(i * 7 + seed * 13);
+}
+
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (de->d_name[0] != '.') n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void path_of(char *out, size_t n, const char *dir, uint64_t key)
+{
+    snprintf(out, n, "%s/%016" PRIx64 ".kv", dir, key);
+}
+
+/* Writes n entries with keys 1..n and closes (drained). */
+static void seed_entries(const char *dir, int n)
+{
+    kv_ssd *s = open_dir(dir, ID, 0);
+    uint8_t b[BLK];
+    for (int i = 1; i <= n; i++) {
+        fill(b, i);
+        kv_ssd_put(s, KV_SSD_BLOCK, (uint64_t)i, b, BLK);
+    }
+    kv_ssd_close(s, 10);
+}
+
+static void test_put_get_round_trip_and_restart(void)
+{
+    const char *dir = fresh_dir("rt");
+    kiln_err err;
+    kv_ssd *s = open_dir(dir, ID, 0);
+    ASSERT_TRUE(s != NULL);
+    uint8_t b[BLK], r[BLK];
+    fill(b, 5);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 0xabc, b, BLK), 1);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 0xabc, b, BLK), 0); /* already there */
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_BLOCK, 0xabc));
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.entries, 1);
+    ASSERT_EQ_U64(st.bytes, KV_SSD_HEADER_BYTES + BLK + KV_SSD_TRAILER_BYTES);
+    ASSERT_EQ_U64(st.pending, 0);
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 0xabc, r, BLK, &err));
+    ASSERT_TRUE(memcmp(b, r, BLK) == 0);
+    ASSERT_CODE(kv_ssd_get(s, KV_SSD_BLOCK, 0xabd, r, BLK, &err), KILN_E_NOT_FOUND);
+    st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.hits, 1);
+    ASSERT_EQ_U64(st.misses, 1);
+    kv_ssd_close(s, 1);
+    /* restart: indexed from headers, served again */
+    s = open_dir(dir, ID, 0);
+    ASSERT_TRUE(s != NULL);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).entries, 1);
+    memset(r, 0, BLK);
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 0xabc, r, BLK, &err));
+    ASSERT_TRUE(memcmp(b, r, BLK) == 0);
+    /* the wrong size for the pool is not served */
+    ASSERT_CODE(kv_ssd_get(s, KV_SSD_BLOCK, 0xabc, r, BLK - 4, &err), KILN_E_NOT_FOUND);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).quarantined, 0); /* not corrupt: kept */
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 0xabc, r, BLK, &err));
+    kv_ssd_close(s, 1);
+}
+
+static void test_queued_entry_is_served_before_it_is_written(void)
+{
+    const char *dir = fresh_dir("q");
+    kiln_err err;
+    kv_ssd *s = open_dir(dir, ID, 0);
+    kv_ssd_pause_writer(s, 1);
+    uint8_t b[BLK], r[BLK];
+    fill(b, 9);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 42, b, BLK), 1);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).pending, 1);
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 42, r, BLK, &err));
+    ASSERT_TRUE(memcmp(b, r, BLK) == 0);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 50, NULL), 1); /* paused: still pending */
+    kv_ssd_pause_writer(s, 0);
+    uint64_t written = 0;
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, &written), 0);
+    ASSERT_EQ_U64(written, 1);
+    kv_ssd_close(s, 1);
+}
+
+static void test_corrupt_entries_are_quarantined_never_served(void)
+{
+    const char *dir = fresh_dir("bad");
+    kiln_err err;
+    seed_entries(dir, 6);
+    char p[512];
+    /* 1: flipped payload byte (found at load: the scan reads headers only) */
+    path_of(p, sizeof p, dir, 1);
+    int fd = open(p, O_RDWR);
+    uint8_t x;
+    ASSERT_TRUE(pread(fd, &x, 1, KV_SSD_HEADER_BYTES + 100) == 1);
+    x ^= 0x40;
+    ASSERT_TRUE(pwrite(fd, &x, 1, KV_SSD_HEADER_BYTES + 100) == 1);
+    /* 2: flipped header byte (found by the scan: header checksum) */
+    close(fd);
+    path_of(p, sizeof p, dir, 2);
+    fd = open(p, O_RDWR);
+    ASSERT_TRUE(pread(fd, &x, 1, 20) == 1);
+    x ^= 1;
+    ASSERT_TRUE(pwrite(fd, &x, 1, 20) == 1);
+    close(fd);
+    /* 3: truncated */
+    path_of(p, sizeof p, dir, 3);
+    ASSERT_TRUE(truncate(p, KV_SSD_HEADER_BYTES + 10) == 0);
+    /* 4: wrong version (a valid header otherwise) */
+    path_of(p, sizeof p, dir, 4);
+    uint8_t h[KV_SSD_HEADER_BYTES];
+    kv_ssd_header hd = {.version = KV_SSD_VERSION + 1,
+                        .kind = KV_SSD_BLOCK,
+                        .id = ID,
+                        .key = 4,
+                        .payload_len = BLK};
+    kv_ssd_header_write(h, &hd);
+    fd = open(p, O_RDWR);
+    ASSERT_TRUE(pwrite(fd, h, sizeof h, 0) == (ssize_t)sizeof h);
+    close(fd);
+    /* 5: a file whose name does not match its key */
+    char p6[512];
+    path_of(p, sizeof p, dir, 5);
+    path_of(p6, sizeof p6, dir, 0x55);
+    ASSERT_TRUE(rename(p, p6) == 0);
+    /* 6 stays good; a stale temp file of a crashed write is removed */
+    snprintf(p, sizeof p, "%s/.tmp-0000000000000009.kv", dir);
+    fd = open(p, O_CREAT | O_WRONLY, 0600);
+    close(fd);
+
+    kv_ssd *s = open_dir(dir, ID, 0);
+    ASSERT_TRUE(s != NULL);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.quarantined, 4); /* 2, 3, 4, 0x55 */
+    ASSERT_EQ_U64(st.entries, 2);     /* 1 (payload not read yet) and 6 */
+    ASSERT_TRUE(access(p, F_OK) != 0);
+    uint8_t r[BLK], b[BLK];
+    ASSERT_CODE(kv_ssd_get(s, KV_SSD_BLOCK, 1, r, BLK, &err), KILN_E_NOT_FOUND);
+    ASSERT_TRUE(strstr(err.msg, "checksum") != NULL);
+    for (uint64_t k = 2; k <= 5; k++)
+        ASSERT_CODE(kv_ssd_get(s, KV_SSD_BLOCK, k, r, BLK, &err), KILN_E_NOT_FOUND);
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 6, r, BLK, &err));
+    fill(b, 6);
+    ASSERT_TRUE(memcmp(b, r, BLK) == 0);
+    st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.quarantined, 5);
+    ASSERT_EQ_U64(st.entries, 1);
+    kv_ssd_close(s, 1);
+    char q[512];
+    snprintf(q, sizeof q, "%s/quarantine", dir);
+    ASSERT_EQ_I64(count_files(q), 5);
+}
+
+static void test_entries_of_another_model_are_quarantined(void)
+{
+    const char *dir = fresh_dir("foreign");
+    seed_entries(dir, 3);
+    kv_ssd_ident other = ID;
+    other.model_fp ^= 1;
+    kv_ssd *s = open_dir(dir, other, 0);
+    ASSERT_TRUE(s != NULL);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.entries, 0);
+    ASSERT_EQ_U64(st.quarantined, 3);
+    kv_ssd_close(s, 1);
+    /* tokenizer identity and block size are part of the key too */
+    seed_entries(dir, 2);
+    other = ID;
+    other.block_tokens = 32;
+    s = open_dir(dir, other, 0);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).quarantined, 2);
+    kv_ssd_close(s, 1);
+}
+
+static void test_size_cap_evicts_least_recently_used(void)
+{
+    const char *dir = fresh_dir("cap");
+    kiln_err err;
+    uint64_t one = KV_SSD_HEADER_BYTES + BLK + KV_SSD_TRAILER_BYTES;
+    kv_ssd *s = open_dir(dir, ID, 3 * one);
+    uint8_t b[BLK];
+    for (int i = 1; i <= 3; i++) {
+        fill(b, i);
+        kv_ssd_put(s, KV_SSD_BLOCK, (uint64_t)i, b, BLK);
+        kv_ssd_flush(s, 5000, NULL);
+    }
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 1, b, BLK, &err)); /* 1 is now the most recent */
+    for (int i = 4; i <= 5; i++) {
+        fill(b, i);
+        kv_ssd_put(s, KV_SSD_BLOCK, (uint64_t)i, b, BLK);
+        kv_ssd_flush(s, 5000, NULL);
+    }
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.entries, 3);
+    ASSERT_EQ_U64(st.bytes, 3 * one);
+    ASSERT_EQ_U64(st.evicted, 2);
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_BLOCK, 1));
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_BLOCK, 2));
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_BLOCK, 3));
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_BLOCK, 5));
+    kv_ssd_close(s, 1);
+    ASSERT_EQ_I64(count_files(dir), 3 + 2); /* + lock + quarantine/ */
+    /* a smaller cap at the next start evicts at open */
+    s = open_dir(dir, ID, one);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).entries, 1);
+    kv_ssd_close(s, 1);
+}
+
+static void test_second_process_is_refused_by_the_lock(void)
+{
+    const char *dir = fresh_dir("lock");
+    kv_ssd *a = open_dir(dir, ID, 0);
+    ASSERT_TRUE(a != NULL);
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = ID;
+    kv_ssd *b = NULL;
+    kiln_err err;
+    ASSERT_CODE(kv_ssd_open(&c, &b, &err), KILN_E_BUSY);
+    ASSERT_TRUE(strstr(err.msg, "in use by another kiln process") != NULL);
+    ASSERT_TRUE(b == NULL);
+    kv_ssd_close(a, 0);
+    ASSERT_OK(kv_ssd_open(&c, &b, &err)); /* released at close */
+    kv_ssd_close(b, 0);
+}
+
+static void test_full_queue_drops_oldest_not_in_flight(void)
+{
+    const char *dir = fresh_dir("drop");
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = ID;
+    c.queue_bytes = 3 * BLK;
+    kv_ssd *s = NULL;
+    kiln_err err;
+    ASSERT_OK(kv_ssd_open(&c, &s, &err));
+    kv_ssd_pause_writer(s, 1);
+    uint8_t b[BLK];
+    for (int i = 1; i <= 5; i++) {
+        fill(b, i);
+        ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, (uint64_t)i, b, BLK), 1);
+    }
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.pending, 3);
+    ASSERT_EQ_U64(st.dropped, 2);
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_BLOCK, 1));
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_BLOCK, 3));
+    uint8_t big[4 * BLK] = {0};
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 99, big, sizeof big), -1); /* over the whole queue */
+    kv_ssd_pause_writer(s, 0);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).entries, 3);
+    kv_ssd_close(s, 1);
+}
+
+static void test_checkpoint_reserve_keeps_blocks_to_half_the_queue(void)
+{
+    const char *dir = fresh_dir("reserve");
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = ID;
+    c.queue_bytes = 4 * BLK;
+    c.ckpt_reserve = 1;
+    kv_ssd *s = NULL;
+    kiln_err err;
+    ASSERT_OK(kv_ssd_open(&c, &s, &err));
+    kv_ssd_pause_writer(s, 1);
+    uint8_t b[BLK] = {0};
+    for (int i = 1; i <= 4; i++)
+        kv_ssd_put(s, KV_SSD_BLOCK, (uint64_t)i, b, BLK);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).pending, 2); /* blocks: half */
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_CKPT, 7, b, BLK), 1);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_CKPT, 8, b, BLK), 1);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).pending, 4);
+    kv_ssd_close(s, 5);
+}
+
+static void test_write_failure_degrades_without_crashing(void)
+{
+    const char *dir = fresh_dir("fail");
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = ID;
+    c.fail_after = 1;
+    kv_ssd *s = NULL;
+    kiln_err err;
+    ASSERT_OK(kv_ssd_open(&c, &s, &err));
+    uint8_t b[BLK], r[BLK];
+    fill(b, 1);
+    kv_ssd_put(s, KV_SSD_BLOCK, 1, b, BLK);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    kv_ssd_put(s, KV_SSD_BLOCK, 2, b, BLK);
+    kv_ssd_flush(s, 5000, NULL);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_I64(st.degraded, 1);
+    ASSERT_EQ_U64(st.failed, 1);
+    ASSERT_EQ_U64(st.entries, 1);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 3, b, BLK), -1);
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 1, r, BLK, &err)); /* what is on disk still serves */
+    ASSERT_TRUE(memcmp(b, r, BLK) == 0);
+    kv_ssd_close(s, 1);
+}
+
+static void test_checkpoints_replace_remove_and_expire(void)
+{
+    const char *dir = fresh_dir("ckpt");
+    kiln_err err;
+    kv_ssd *s = open_dir(dir, ID, 0);
+    const char *a = "first checkpoint", *b = "second, longer checkpoint";
+    kv_ssd_put(s, KV_SSD_CKPT, 77, a, strlen(a));
+    kv_ssd_flush(s, 5000, NULL);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_CKPT, 77, b, strlen(b)), 1); /* replaces */
+    kv_ssd_flush(s, 5000, NULL);
+    kv_ssd_close(s, 1);
+    s = open_dir(dir, ID, 0);
+    void *got = NULL;
+    size_t n = 0;
+    ASSERT_OK(kv_ssd_get_alloc(s, KV_SSD_CKPT, 77, &got, &n, &err));
+    ASSERT_EQ_I64(n, strlen(b));
+    ASSERT_TRUE(memcmp(got, b, n) == 0);
+    free(got);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).ckpt_entries, 1);
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_BLOCK, 77)); /* kinds do not mix */
+    ASSERT_EQ_I64(kv_ssd_expire(s, KV_SSD_CKPT, 3600), 0);
+    ASSERT_EQ_I64(kv_ssd_expire(s, KV_SSD_CKPT, -1), 1);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).entries, 0);
+    kv_ssd_put(s, KV_SSD_CKPT, 78, a, strlen(a));
+    kv_ssd_flush(s, 5000, NULL);
+    kv_ssd_remove(s, KV_SSD_CKPT, 78);
+    ASSERT_CODE(kv_ssd_get_alloc(s, KV_SSD_CKPT, 78, &got, &n, &err), KILN_E_NOT_FOUND);
+    kv_ssd_close(s, 1);
+    ASSERT_EQ_I64(count_files(dir), 2); /* lock + quarantine/ */
+}
+
+static void test_header_parser_rejects_garbage(void)
+{
+    kiln_err err;
+    uint8_t h[KV_SSD_HEADER_BYTES];
+    kv_ssd_header in = {.version = KV_SSD_VERSION,
+                        .kind = KV_SSD_CKPT,
+                        .id = ID,
+                        .key = 5,
+                        .payload_len = 10},
+                  out;
+    kv_ssd_header_write(h, &in);
+    ASSERT_OK(kv_ssd_header_parse(h, sizeof h, &out, &err));
+    ASSERT_EQ_U64(out.key, 5);
+    ASSERT_EQ_U64(out.id.tok_fp, ID.tok_fp);
+    ASSERT_EQ_I64(out.kind, KV_SSD_CKPT);
+    ASSERT_CODE(kv_ssd_header_parse(h, sizeof h - 1, &out, &err), KILN_E_CORRUPT);
+    h[0] ^= 1;
+    ASSERT_CODE(kv_ssd_header_parse(h, sizeof h, &out, &err), KILN_E_CORRUPT);
+    in.payload_len = KV_SSD_MAX_PAYLOAD + 1;
+    kv_ssd_header_write(h, &in);
+    ASSERT_CODE(kv_ssd_header_parse(h, sizeof h, &out, &err), KILN_E_CORRUPT);
+}
+
+/* Writes an entry file directly (no fsync): the scan test needs many, fast. */
+static void write_raw(const char *dir, uint64_t key, const uint8_t *payload, size_t n)
+{
+    uint8_t buf[KV_SSD_HEADER_BYTES + 64 + 8];
+    kv_ssd_header h = {
+        .version = KV_SSD_VERSION, .kind = KV_SSD_BLOCK, .id = ID, .key = key, .payload_len = n};
+    kv_ssd_header_write(buf, &h);
+    memcpy(buf + KV_SSD_HEADER_BYTES, payload, n);
+    uint64_t x = XXH3_64bits(buf, KV_SSD_HEADER_BYTES + n);
+    for (int i = 0; i < 8; i++)
+        buf[KV_SSD_HEADER_BYTES + n + (size_t)i] = (uint8_t)(x >> (8 * i));
+    char p[512];
+    path_of(p, sizeof p, dir, key);
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        fwrite(buf, 1, KV_SSD_HEADER_BYTES + n + 8, f);
+        fclose(f);
+    }
+}
+
+static void test_ten_thousand_entries_index_quickly(void)
+{
+    const char *dir = fresh_dir("many");
+    kiln_err err;
+    kv_ssd_close(open_dir(dir, ID, 0), 0); /* creates the directory */
+    uint8_t b[64] = {0}, r[64];
+    for (int i = 0; i < 10000; i++)
+        write_raw(dir, (uint64_t)i + 1 + ((uint64_t)(i % 16) << 60), b,
+                  sizeof b); /* every leading digit */
+    kv_ssd *s = open_dir(dir, ID, 0);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.entries, 10000);
+    ASSERT_EQ_U64(st.quarantined, 0);
+    fprintf(stderr, "  index scan of 10000 entries: %.1f ms\n", st.scan_s * 1e3);
+    ASSERT_TRUE(st.scan_s < 5.0);
+    for (int i = 0; i < 10000; i++) /* every one indexed, whatever map growth did */
+        if (!kv_ssd_has(s, KV_SSD_BLOCK, (uint64_t)i + 1 + ((uint64_t)(i % 16) << 60)))
+            TEST_FAIL_("key %d not indexed", i);
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 777 + ((uint64_t)(776 % 16) << 60), r, sizeof r, &err));
+    kv_ssd_close(s, 0);
+}
+
+int main(void)
+{
+    RUN(test_put_get_round_trip_and_restart);
+    RUN(test_queued_entry_is_served_before_it_is_written);
+    RUN(test_corrupt_entries_are_quarantined_never_served);
+    RUN(test_entries_of_another_model_are_quarantined);
+    RUN(test_size_cap_evicts_least_recently_used);
+    RUN(test_second_process_is_refused_by_the_lock);
+    RUN(test_full_queue_drops_oldest_not_in_flight);
+    RUN(test_checkpoint_reserve_keeps_blocks_to_half_the_queue);
+    RUN(test_write_failure_degrades_without_crashing);
+    RUN(test_checkpoints_replace_remove_and_expire);
+    RUN(test_header_parser_rejects_garbage);
+    RUN(test_ten_thousand_entries_index_quickly);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/kv_ssd_*_%d", KILN_BINARY_DIR, (int)getpid());
+    if (system(cmd) != 0) fprintf(stderr, "could not remove the test directories\n");
+    return TEST_DONE();
+}
