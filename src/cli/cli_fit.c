@@ -23,15 +23,18 @@ int cli_fit(int argc, char **argv)
     int64_t ctx = 0, batch = 1, threads = 0;
     double budget = 0, bandwidth = 0;
     int json = 0;
+    cli_kv_flags kvf = {0};
     cli_flag flags[] = {
         {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
         {"ctx", CLI_INT, &ctx, "N", "context tokens per sequence (default: min(model, 4096))", 0},
         {"batch", CLI_INT, &batch, "B", "sequences decoded together (default 1)", 0},
         {"threads", CLI_INT, &threads, "N", "compute threads (attention scratch per thread)", 0},
-        {"budget", CLI_FLOAT, &budget, "GB", "memory budget (decimal GB): report the max context", 0},
+        {"budget", CLI_FLOAT, &budget, "GB", "memory budget (decimal GB): report the max context",
+         0},
         {"bandwidth", CLI_FLOAT, &bandwidth, "GBS",
          "memory bandwidth for the decode prediction (default: measured, 512 MiB read)", 0},
         {"json", CLI_BOOL, &json, NULL, "print one JSON object", 0},
+        CLI_KV_FLAGS(kvf),
         {0},
     };
     int pr = cli_parse("fit",
@@ -54,6 +57,13 @@ int cli_fit(int argc, char **argv)
     o.ctx = (int32_t)ctx;
     o.max_seqs = (int32_t)batch;
     o.n_threads = (int)threads;
+    kv_format kf;
+    if (cli_kv_apply("fit", &kvf, &o) || eng_runtime_kv_format(model, &c, &o, &kf, &err)) {
+        wt_set_close(ws);
+        wt_config_free(&c);
+        return kvf.quant && o.kv_quant == KV_QUANT_CONFIG ? cli_fail("fit", &err) : 2;
+    }
+    o.kv_fmt = &kf; /* the same format eng_runtime_open resolves */
     eng_fit f;
     eng_fit_compute(&c, wt_set_bytes(ws), &o, &f);
     int32_t max_ctx = budget > 0 ? eng_fit_max_ctx(&c, f.weights_bytes, &f.o, (uint64_t)(budget * 1e9)) : -1;
@@ -65,18 +75,24 @@ int cli_fit(int argc, char **argv)
                ", \"logits_bytes\": %" PRIu64 ", \"other_bytes\": %" PRIu64
                ", \"total_bytes\": %" PRIu64 ", \"ctx\": %d, \"batch\": %d, \"threads\": %d"
                ", \"kv_blocks\": %d, \"block_tokens\": %d, \"read_bytes_per_token\": %" PRIu64
-               ", \"bandwidth_gb_s\": %.2f, \"predicted_decode_tok_s\": %.2f",
+               ", \"bandwidth_gb_s\": %.2f, \"predicted_decode_tok_s\": %.2f"
+               ", \"kv_format\": \"%s\", \"kv_bytes_per_token_full\": %" PRIu64
+               ", \"kv_blocks_full\": %d",
                f.weights_bytes, f.kv_bytes_per_token, f.kv_pool_bytes, f.scratch_bytes,
                f.logits_bytes, f.other_bytes, f.total_bytes, (int)f.o.ctx, (int)f.o.max_seqs,
-               f.o.n_threads, (int)f.o.n_blocks, (int)f.o.block_tokens, f.read_per_token,
-               bandwidth, tok_s);
+               f.o.n_threads, (int)f.o.n_blocks, (int)f.o.block_tokens, f.read_per_token, bandwidth,
+               tok_s, f.kv_format, f.kv_bytes_per_token_full, (int)f.o.n_blocks_full);
         if (max_ctx >= 0) printf(", \"budget_bytes\": %.0f, \"max_safe_context\": %d", budget * 1e9, (int)max_ctx);
         printf("}\n");
     } else {
         printf("model:            %s (%s)\n", model, c.architecture);
         printf("weights:          %8.3f GiB (as mapped)\n", gib(f.weights_bytes));
-        printf("kv per token:     %8" PRIu64 " bytes (f32 K+V, %" PRId64 " layers)\n",
-               f.kv_bytes_per_token, c.n_layers);
+        printf("kv per token:     %8" PRIu64 " bytes (%s K+V incl. scale/bias, %" PRId64
+               " layers)\n",
+               f.kv_bytes_per_token, f.kv_format, c.n_layers);
+        if (f.o.n_blocks_full > 0)
+            printf("kv before start:  %8" PRIu64 " bytes per token (f32; %d of the blocks)\n",
+                   f.kv_bytes_per_token_full, (int)f.o.n_blocks_full);
         printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: ctx %d x batch %d)\n",
                gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens, (int)f.o.ctx,
                (int)f.o.max_seqs);

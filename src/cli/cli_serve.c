@@ -33,6 +33,7 @@ typedef struct {
     int tool_family; /* srv_tc_family, or -1: detect from the chat template */
     int64_t port, batch, ctx, max_tokens, top_k, max_queue, threads, max_body;
     double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
+    cli_kv_flags kv;
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -118,12 +119,6 @@ static int pick_model(const char *model, char *dir, size_t n, char *id, size_t i
     return 1;
 }
 
-/* KV bytes per token (f32 K and V over all layers), for --prompt-cache. */
-static uint64_t kv_bytes_per_token(const wt_config *c)
-{
-    return (uint64_t)c->n_layers * 2u * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4u;
-}
-
 typedef struct {
     eng_runtime *rt;
     tok_tokenizer *tok;
@@ -175,10 +170,23 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     o.ctx = (int32_t)f->ctx;
     o.max_seqs = (int32_t)f->batch;
     o.isa = getenv("KILN_ISA");
+    kv_format kf;
+    if (cli_kv_apply("serve", &f->kv, &o)) {
+        wt_config_free(&cfg);
+        serve_close(&st);
+        return 2;
+    }
+    if (eng_runtime_kv_format(dir, &cfg, &o, &kf, &err)) {
+        wt_config_free(&cfg);
+        serve_close(&st);
+        return cli_fail("serve", &err);
+    }
     if (f->prompt_cache > 0) {
+        /* KV bytes per token at the format's true size (the main block class) */
+        uint64_t per_tok = kv_format_bytes_per_token(&kf, KV_CLASS_MAIN, (int32_t)cfg.n_kv_heads);
         int32_t ctx = o.ctx > 0 ? o.ctx : cfg.max_pos > 0 && cfg.max_pos < 4096 ? (int32_t)cfg.max_pos : 4096;
         int64_t per_seq = (ctx + o.block_tokens - 1) / o.block_tokens + 1;
-        double extra = f->prompt_cache * 1073741824.0 / ((double)kv_bytes_per_token(&cfg) * o.block_tokens);
+        double extra = f->prompt_cache * 1073741824.0 / ((double)per_tok * o.block_tokens);
         o.n_blocks = (int32_t)(per_seq * o.max_seqs + (extra > 1e8 ? 1e8 : extra));
     }
     wt_config_free(&cfg);
@@ -207,10 +215,10 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         return cli_fail("serve", &err);
     }
     printf("kiln: serving %s at http://%s:%d/v1 (threads %d, isa %s, batch %d, ctx %d, KV pool %d "
-           "blocks x %d tokens = %.1f MiB)\n",
+           "blocks x %d tokens = %.1f MiB, KV %s)\n",
            id, f->host, srv_port(st.srv), st.rt->o.n_threads, kn_isa_name(), (int)f->batch,
            (int)st.rt->o.ctx, (int)es.kv.n_blocks, (int)es.kv_block_tokens,
-           (double)es.kv.bytes / 1048576.0);
+           (double)es.kv.bytes / 1048576.0, st.rt->kv_desc);
     fflush(stdout);
     int sig = 0;
     sigwait(sigs, &sig);
@@ -226,31 +234,47 @@ int cli_serve(int argc, char **argv)
                      .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20,
                      .responses_ttl = 3600, .responses_store_mib = 64};
     cli_flag flags[] = {
-        {"model", CLI_STR, &f.model, "DIR|REPO", "model folder or Hugging Face repo id (default: "
-                                                 "a cached model, else " CLI_HF_DEFAULT_MODEL ")", 0},
+        {"model", CLI_STR, &f.model, "DIR|REPO",
+         "model folder or Hugging Face repo id (default: "
+         "a cached model, else " CLI_HF_DEFAULT_MODEL ")",
+         0},
         {"host", CLI_STR, &f.host, "ADDR", "address to listen on (default 127.0.0.1)", 0},
         {"port", CLI_INT, &f.port, "N", "port (default 8080; 0 = any free port)", 0},
         {"batch", CLI_INT, &f.batch, "N", "sequences decoded at once (default 8)", 0},
         {"ctx", CLI_INT, &f.ctx, "N", "context length per sequence (default: min(model, 4096))", 0},
-        {"max-tokens", CLI_INT, &f.max_tokens, "N", "cap on generated tokens per request (default: none)", 0},
-        {"temperature", CLI_FLOAT, &f.temperature, "T", "default temperature (else generation_config, else 0.7)", 0},
+        {"max-tokens", CLI_INT, &f.max_tokens, "N",
+         "cap on generated tokens per request (default: none)", 0},
+        {"temperature", CLI_FLOAT, &f.temperature, "T",
+         "default temperature (else generation_config, else 0.7)", 0},
         {"top-p", CLI_FLOAT, &f.top_p, "P", "default top_p (else generation_config, else 1)", 0},
         {"top-k", CLI_INT, &f.top_k, "K", "default top_k (else generation_config, else off)", 0},
         {"min-p", CLI_FLOAT, &f.min_p, "M", "default min_p (else generation_config, else off)", 0},
-        {"thinking", CLI_STR, &f.thinking, "true|false", "default enable_thinking for chat templates", 0},
+        {"thinking", CLI_STR, &f.thinking, "true|false",
+         "default enable_thinking for chat templates", 0},
         {"tool-parser", CLI_STR, &f.tool_parser, "NAME",
-         "tool-call format: hermes, qwen3_coder, llama3, mistral, gemma or none (default: from the chat template)", 0},
+         "tool-call format: hermes, qwen3_coder, llama3, mistral, gemma or none (default: from the "
+         "chat template)",
+         0},
         {"prompt-cache", CLI_FLOAT, &f.prompt_cache, "GIB",
-         "KV memory for cached prefixes (added to the pool, and their cap); 0 turns the prefix cache off", 0},
-        {"api-key", CLI_STR, &f.api_key, "KEY", "require this key (Authorization: Bearer or x-api-key)", 0},
-        {"max-queue", CLI_INT, &f.max_queue, "N", "requests that may wait before 429 (default 64)", 0},
+         "KV memory for cached prefixes (added to the pool, and their cap); 0 turns the prefix "
+         "cache off",
+         0},
+        {"api-key", CLI_STR, &f.api_key, "KEY",
+         "require this key (Authorization: Bearer or x-api-key)", 0},
+        {"max-queue", CLI_INT, &f.max_queue, "N", "requests that may wait before 429 (default 64)",
+         0},
         {"threads", CLI_INT, &f.threads, "N", "compute threads (default: all CPUs)", 0},
-        {"max-body", CLI_INT, &f.max_body, "BYTES", "largest request body (default 4 MiB; else 413)", 0},
+        {"max-body", CLI_INT, &f.max_body, "BYTES",
+         "largest request body (default 4 MiB; else 413)", 0},
         {"responses-ttl", CLI_FLOAT, &f.responses_ttl, "S",
-         "seconds a /v1/responses result stays available to previous_response_id (default 3600)", 0},
+         "seconds a /v1/responses result stays available to previous_response_id (default 3600)",
+         0},
         {"responses-store-mib", CLI_FLOAT, &f.responses_store_mib, "MIB",
-         "memory for stored /v1/responses conversations, least recently used evicted (default 64)", 0},
-        {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)", 0},
+         "memory for stored /v1/responses conversations, least recently used evicted (default 64)",
+         0},
+        {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)",
+         0},
+        CLI_KV_FLAGS(f.kv),
         {0},
     };
     int pr = cli_parse("serve", "Serve a model over an OpenAI-compatible HTTP API.", flags, argc, argv);

@@ -87,6 +87,8 @@ typedef struct {
     double busy_s;            /* wall time inside steps */
     kv_pool_stats kv;
     int32_t kv_block_tokens;
+    char kv_format[128];         /* kv_format_describe of the pool's format */
+    uint64_t kv_bytes_per_token; /* main-class block bytes / block_tokens (what `kiln fit` says) */
 } eng_stats;
 
 /* API */

@@ -94,7 +94,7 @@ kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err
     if (rc) return rc;
     while (s->n_blocks < need) {
         kv_block_id b;
-        if ((rc = kv_pool_alloc(kv, &b, err))) return rc;
+        if ((rc = kv_pool_alloc_at(kv, s->n_blocks, &b, err))) return rc;
         s->blocks[s->n_blocks++] = b;
     }
     return KILN_OK;

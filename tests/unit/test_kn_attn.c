@@ -53,10 +53,18 @@ static void free_cache(cache *c)
 static kn_attn_args args_for(const cache *c, int32_t pos0, int32_t n_q, float *out, float softcap,
                              int32_t window)
 {
-    kn_attn_args a = {.q = c->q + (size_t)pos0 * c->n_heads * c->hd, .out = out, .n_q = n_q,
-                      .pos0 = pos0, .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->hd,
-                      .scale = 1.0f / sqrtf((float)c->hd), .softcap = softcap, .window = window,
-                      .k_blocks = (const float *const *)c->kb, .v_blocks = (const float *const *)c->vb,
+    kn_attn_args a = {.q = c->q + (size_t)pos0 * c->n_heads * c->hd,
+                      .out = out,
+                      .n_q = n_q,
+                      .pos0 = pos0,
+                      .n_heads = c->n_heads,
+                      .n_kv_heads = c->n_kv,
+                      .head_dim = c->hd,
+                      .scale = 1.0f / sqrtf((float)c->hd),
+                      .softcap = softcap,
+                      .window = window,
+                      .k_blocks = (const void *const *)c->kb,
+                      .v_blocks = (const void *const *)c->vb,
                       .block_tokens = c->bt};
     return a;
 }

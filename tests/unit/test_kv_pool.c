@@ -46,10 +46,10 @@ static void test_release_to_zero_moves_published_block_to_lru(void)
     ASSERT_EQ_I64(s.n_cached, 1);
     ASSERT_EQ_I64(kv_pool_check(p), 0);
     /* a hit revives it with its bytes */
-    kv_pool_k(p, a, 1)[3] = 7.0f;
+    ((float *)kv_pool_layer_k(p, a, 1))[3] = 7.0f;
     kv_block_id h = kv_pool_lookup(p, 42);
     ASSERT_EQ_I64(h, a);
-    ASSERT_NEAR_F32(kv_pool_k(p, h, 1)[3], 7.0f, 0);
+    ASSERT_NEAR_F32(((float *)kv_pool_layer_k(p, h, 1))[3], 7.0f, 0);
     ASSERT_EQ_I64(kv_pool_lookup(p, 43), -1);
     kv_pool_release(p, h);
     /* allocation takes the free block first, then evicts the cached one */
