@@ -164,7 +164,7 @@ static kiln_code parse_entry(const json_t *e, int32_t group, int32_t head_dim, c
     if (g && !json_is_integer(g))
         return kiln_fail(err, KILN_E_INVALID, "%s: \"group_size\" must be an integer", what);
     json_int_t bits = json_integer_value(b), gs = g ? json_integer_value(g) : group;
-    if (gs < 1 || gs > 65536)
+    if (g && (gs < 1 || gs > 65536))
         return kiln_fail(err, KILN_E_INVALID, "%s: group_size %lld out of range", what,
                          (long long)gs);
     return make_fmt(bits > 64 || bits < 0 ? -1 : (int)bits, (int32_t)gs, head_dim, what, out, err);
