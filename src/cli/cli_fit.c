@@ -58,10 +58,12 @@ int cli_fit(int argc, char **argv)
     o.max_seqs = (int32_t)batch;
     o.n_threads = (int)threads;
     kv_format kf;
-    if (cli_kv_apply("fit", &kvf, &o) || eng_runtime_kv_format(model, &c, &o, &kf, &err)) {
+    int bad = cli_kv_apply("fit", &kvf, &o);
+    if (!bad && eng_runtime_kv_format(model, &c, &o, &kf, &err)) bad = cli_fail("fit", &err) + 1;
+    if (bad) {
         wt_set_close(ws);
         wt_config_free(&c);
-        return kvf.quant && o.kv_quant == KV_QUANT_CONFIG ? cli_fail("fit", &err) : 2;
+        return 2;
     }
     o.kv_fmt = &kf; /* the same format eng_runtime_open resolves */
     eng_fit f;
