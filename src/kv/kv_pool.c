@@ -186,7 +186,9 @@ static size_t class_bytes(const kv_pool_config *c, const kv_format *f, int cls)
 
 size_t kv_pool_class_bytes(const kv_pool_config *c, int cls)
 {
-    if (c->n_layers <= 0 || c->n_layers > KV_FMT_MAX_LAYERS || c->head_dim <= 0) return 0;
+    if (c->n_layers <= 0 || c->n_layers > KV_FMT_MAX_LAYERS || c->head_dim <= 0 ||
+        c->head_dim > 65536)
+        return 0;
     kv_format f;
     cfg_format(c, &f);
     return class_bytes(c, &f, cls);
@@ -202,6 +204,7 @@ kiln_code kv_pool_create(const kv_pool_config *cfg, kv_pool **out, kiln_err *err
     *out = NULL;
     if (cfg->n_blocks <= 0 || cfg->block_tokens <= 0 || cfg->n_layers <= 0 ||
         cfg->n_layers > KV_FMT_MAX_LAYERS || cfg->n_kv_heads <= 0 || cfg->head_dim <= 0 ||
+        cfg->head_dim > 65536 ||
         cfg->n_blocks_full < 0 || cfg->n_blocks_full > cfg->n_blocks)
         return kiln_fail(err, KILN_E_INVALID, "kv pool: bad shape (%d blocks of %d tokens)",
                          (int)cfg->n_blocks, (int)cfg->block_tokens);
