@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "engine/eng_runtime.h"
 #include "util/kiln_err.h"
 
 /* API */
@@ -20,11 +21,38 @@ int cli_get(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_detokenize(int argc, char **argv);
 int cli_template(int argc, char **argv);
+int cli_kvq_report(int argc, char **argv);
 
 /* Shared helpers (cli_common.c) */
 /* Parses "1,2,3" into a new array (*out, caller frees). Returns 0 or prints and returns 2. */
 int cli_parse_ids(const char *verb, const char *s, int32_t **out, int32_t *n);
 /* Prints "kiln VERB: msg" to stderr and returns 1. */
 int cli_fail(const char *verb, const kiln_err *err);
+
+/* The KV-format flags every model verb takes (docs/kv.md). */
+typedef struct {
+    const char *quant; /* --kv-quant */
+    int64_t group;     /* --kv-group */
+    int64_t start;     /* --quantized-kv-start */
+} cli_kv_flags;
+#define CLI_KV_FLAGS(kvf)                                                                          \
+    {"kv-quant",                                                                                   \
+     CLI_STR,                                                                                      \
+     &(kvf).quant,                                                                                 \
+     "off|f16|bf16|8|4|config",                                                                    \
+     "KV cache storage: f32 (off, default), f16, bf16, affine 8/4-bit, or kv_config.json",         \
+     0},                                                                                           \
+        {"kv-group",                                                                               \
+         CLI_INT,                                                                                  \
+         &(kvf).group,                                                                             \
+         "N",                                                                                      \
+         "affine KV group size along head_dim (default 64, clamped to head_dim)",                  \
+         0},                                                                                       \
+    {                                                                                              \
+        "quantized-kv-start", CLI_INT, &(kvf).start, "N",                                          \
+            "positions before N keep f32 KV (block-granular; default 0)", 0                        \
+    }
+/* Applies the flags to o; prints and returns 2 on a bad value, else 0. */
+int cli_kv_apply(const char *verb, const cli_kv_flags *kvf, eng_runtime_opts *o);
 
 #endif

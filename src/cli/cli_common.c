@@ -52,3 +52,20 @@ int cli_fail(const char *verb, const kiln_err *err)
     fprintf(stderr, "kiln %s: %s\n", verb, err->msg);
     return 1;
 }
+
+int cli_kv_apply(const char *verb, const cli_kv_flags *kvf, eng_runtime_opts *o)
+{
+    kiln_err err;
+    if (kvf->quant && kv_quant_parse(kvf->quant, &o->kv_quant, &err)) {
+        fprintf(stderr, "kiln %s: %s\n", verb, err.msg);
+        return 2;
+    }
+    if (kvf->group < 0 || kvf->group > 65536 || kvf->start < 0 || kvf->start > INT32_MAX) {
+        fprintf(stderr, "kiln %s: --kv-group must be in 1..65536 and --quantized-kv-start >= 0\n",
+                verb);
+        return 2;
+    }
+    o->kv_group = (int32_t)kvf->group;
+    o->kv_quant_start = (int32_t)kvf->start;
+    return 0;
+}

@@ -28,6 +28,7 @@ int cli_fit(int argc, char **argv)
     int64_t ctx = 0, batch = 1, threads = 0;
     double budget = 0, bandwidth = 0;
     int json = 0;
+    cli_kv_flags kvf = {0};
     cli_flag flags[] = {
         {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
         {"ctx", CLI_INT, &ctx, "N", "context tokens per sequence (default: min(model, 4096))", 0},
@@ -40,6 +41,7 @@ int cli_fit(int argc, char **argv)
         {"bandwidth", CLI_FLOAT, &bandwidth, "GBS",
          "memory bandwidth for the decode prediction (default: measured, 512 MiB read)", 0},
         {"json", CLI_BOOL, &json, NULL, "print one JSON object", 0},
+        CLI_KV_FLAGS(kvf),
         {0},
     };
     int pr = cli_parse("fit",
@@ -62,6 +64,15 @@ int cli_fit(int argc, char **argv)
     o.ctx = (int32_t)ctx;
     o.max_seqs = (int32_t)batch;
     o.n_threads = (int)threads;
+    kv_format kf;
+    int bad = cli_kv_apply("fit", &kvf, &o);
+    if (!bad && eng_runtime_kv_format(model, &c, &o, &kf, &err)) bad = cli_fail("fit", &err) + 1;
+    if (bad) {
+        wt_set_close(ws);
+        wt_config_free(&c);
+        return 2;
+    }
+    o.kv_fmt = &kf; /* the same format eng_runtime_open resolves */
     eng_fit f;
     eng_admit_plan plan;
     int have_plan = 0;
@@ -97,8 +108,12 @@ int cli_fit(int argc, char **argv)
     } else {
         printf("model:            %s (%s)\n", model, c.architecture);
         printf("weights:          %8.3f GiB (as mapped)\n", gib(f.weights_bytes));
-        printf("kv per token:     %8" PRIu64 " bytes (f32 K+V, %" PRId64 " layers)\n",
-               f.kv_bytes_per_token, c.n_layers);
+        printf("kv per token:     %8" PRIu64 " bytes (%s K+V incl. scale/bias, %" PRId64
+               " layers)\n",
+               f.kv_bytes_per_token, f.kv_format, c.n_layers);
+        if (f.o.n_blocks_full > 0)
+            printf("kv before start:  %8" PRIu64 " bytes per token (f32; %d of the blocks)\n",
+                   f.kv_bytes_per_token_full, (int)f.o.n_blocks_full);
         printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: ctx %d x batch %d)\n",
                gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens, (int)f.o.ctx,
                (int)f.o.max_seqs);

@@ -25,6 +25,7 @@ static const verb verbs[] = {
     {"tokenize", cli_tokenize, "encode text with a model's tokenizer.json"},
     {"detokenize", cli_detokenize, "decode token ids to text"},
     {"template", cli_template, "render a model's chat template for a conversation"},
+    {"kvq-report", cli_kvq_report, "KL divergence / greedy agreement of quantized KV vs f32 KV"},
 };
 
 static void usage(FILE *f)

@@ -15,7 +15,8 @@
 
 #define RUNTIME_FLAGS(o, threads, ctx)                                                             \
     {"threads", CLI_INT, &threads, "N", "compute threads (default: all CPUs)", 0},                 \
-        {"ctx", CLI_INT, &ctx, "N", "context length in tokens (default: min(model, 4096))", 0}
+        {"ctx", CLI_INT, &ctx, "N", "context length in tokens (default: min(model, 4096))", 0},    \
+        CLI_KV_FLAGS(kvf)
 
 static eng_runtime_opts runtime_opts(int64_t threads, int64_t ctx, int32_t max_seqs)
 {
@@ -70,6 +71,7 @@ int cli_generate(int argc, char **argv)
     int64_t max_tokens = 64, top_k = 0, seed = 0, threads = 0, ctx = 0;
     double temp = 0.0, top_p = 1.0, min_p = 0.0, rep = 1.0;
     int ids = 0, ignore_eos = 0;
+    cli_kv_flags kvf = {0};
     cli_flag flags[] = {
         {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
         {"prompt", CLI_STR, &prompt, "TEXT", "prompt text (tokenized with the model's tokenizer)", 0},
@@ -107,6 +109,11 @@ int cli_generate(int argc, char **argv)
     }
     eng_runtime_opts o = runtime_opts(threads, ctx, 1);
     eng_runtime *rt;
+    if (cli_kv_apply("generate", &kvf, &o)) {
+        free(ids_in);
+        tok_destroy(tk);
+        return 2;
+    }
     if (eng_runtime_open(model, &o, &rt, &err)) {
         free(ids_in);
         tok_destroy(tk);
@@ -150,6 +157,7 @@ int cli_logits(int argc, char **argv)
     const char *model = NULL, *tokens = NULL, *outp = NULL;
     int all = 0;
     int64_t threads = 0, ctx = 0, chunk = 0;
+    cli_kv_flags kvf = {0};
     cli_flag flags[] = {
         {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
         {"tokens", CLI_STR, &tokens, "IDS", "token ids, e.g. 1,2,3 (required)", 0},
@@ -170,6 +178,10 @@ int cli_logits(int argc, char **argv)
     if (cli_parse_ids("logits", tokens, &ids, &n)) return 2;
     kiln_err err;
     eng_runtime_opts o = runtime_opts(threads, ctx, 1);
+    if (cli_kv_apply("logits", &kvf, &o)) {
+        free(ids);
+        return 2;
+    }
     if (chunk > 0) o.max_step_tokens = (int32_t)chunk;
     if (o.ctx < n) o.ctx = n; /* logits may run past max_position_embeddings (dynamic rope) */
     eng_runtime *rt = NULL;
@@ -213,6 +225,7 @@ int cli_bench(int argc, char **argv)
     const char *model = NULL;
     int64_t pp = 512, tg = 128, threads = 0, ctx = 0;
     int json = 0;
+    cli_kv_flags kvf = {0};
     cli_flag flags[] = {
         {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
         {"prompt-tokens", CLI_INT, &pp, "N", "prefill length (default 512)", 0},
@@ -229,6 +242,7 @@ int cli_bench(int argc, char **argv)
     }
     kiln_err err;
     eng_runtime_opts o = runtime_opts(threads, ctx ? ctx : pp + tg + 1, 1);
+    if (cli_kv_apply("bench", &kvf, &o)) return 2;
     eng_runtime *rt;
     if (eng_runtime_open(model, &o, &rt, &err)) return cli_fail("bench", &err);
     int64_t vocab = mdl_vocab(rt->model);
@@ -255,16 +269,16 @@ int cli_bench(int argc, char **argv)
         printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"load_s\": %.3f, "
                "\"rss_bytes\": %" PRIu64 ", \"weights_bytes\": %" PRIu64 ", \"threads\": %d, "
                "\"isa\": \"%s\", \"prompt_tokens\": %" PRId64 ", \"gen_tokens\": %d, "
-               "\"quant\": \"%s\"}\n",
+               "\"quant\": \"%s\", \"kv_format\": \"%s\"}\n",
                pf, dec, rt->load_s, rss, info.weights_bytes, rt->o.n_threads, kn_isa_name(), pp,
-               res.n_generated, info.quant_desc);
+               res.n_generated, info.quant_desc, rt->kv_desc);
     else
-        printf("model=%s quant=\"%s\" threads=%d isa=%s\nprefill: %" PRId64 " tokens %.3f s "
+        printf("model=%s quant=\"%s\" kv=%s threads=%d isa=%s\nprefill: %" PRId64 " tokens %.3f s "
                "%.2f tok/s\ndecode:  %d tokens %.3f s %.2f tok/s\nload %.3f s, peak RSS %.1f MiB, "
                "weights %.1f MiB\n",
-               model, info.quant_desc, rt->o.n_threads, kn_isa_name(), pp, res.prefill_s, pf,
-               res.n_generated, res.decode_s, dec, rt->load_s, (double)rss / 1048576.0,
-               (double)info.weights_bytes / 1048576.0);
+               model, info.quant_desc, rt->kv_desc, rt->o.n_threads, kn_isa_name(), pp,
+               res.prefill_s, pf, res.n_generated, res.decode_s, dec, rt->load_s,
+               (double)rss / 1048576.0, (double)info.weights_bytes / 1048576.0);
     eng_runtime_close(rt);
     return 0;
 }

@@ -44,6 +44,7 @@ typedef struct {
     const char *ssd_cache; /* --ssd-cache DIR */
     double ssd_cache_max;  /* GiB; 0 = no cap */
     int64_t gen_ckpt;      /* --generation-checkpoint N; 0 = off */
+    cli_kv_flags kv;
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -232,6 +233,18 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     o.ctx = (int32_t)f->ctx;
     o.max_seqs = (int32_t)f->batch;
     o.isa = getenv("KILN_ISA");
+    kv_format kf; /* lives as long as the server: o.kv_fmt points here */
+    if (cli_kv_apply("serve", &f->kv, &o)) {
+        wt_config_free(&cfg);
+        serve_close(&st);
+        return 2;
+    }
+    if (eng_runtime_kv_format(dir, &cfg, &o, &kf, &err)) {
+        wt_config_free(&cfg);
+        serve_close(&st);
+        return cli_fail("serve", &err);
+    }
+    o.kv_fmt = &kf; /* the plan and the runtime size KV at the format's true bytes */
     eng_admit_plan plan;
     rc = plan_memory(f, dir, &cfg, &sc, &o, &plan);
     wt_config_free(&cfg);
@@ -289,10 +302,10 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         return cli_fail("serve", &err);
     }
     printf("kiln: serving %s at http://%s:%d/v1 (threads %d, isa %s, batch %d, ctx %d, KV pool %d "
-           "blocks x %d tokens = %.1f MiB)\n",
+           "blocks x %d tokens = %.1f MiB, KV %s)\n",
            id, f->host, srv_port(st.srv), st.rt->o.n_threads, kn_isa_name(), (int)f->batch,
            (int)st.rt->o.ctx, (int)es.kv.n_blocks, (int)es.kv_block_tokens,
-           (double)es.kv.bytes / 1048576.0);
+           (double)es.kv.bytes / 1048576.0, st.rt->kv_desc);
     if (f->unix_path) printf("kiln: also serving on unix:%s\n", f->unix_path);
     if (plan.budget_bytes)
         printf("kiln: memory budget %.3f GB: max safe context %d tokens, enforced %d (%s), %.1f "
@@ -372,6 +385,7 @@ int cli_serve(int argc, char **argv)
         {"generation-checkpoint", CLI_INT, &f.gen_ckpt, "N",
          "persist each generation every N tokens in --ssd-cache; an identical retried request "
          "resumes after a crash (default: off)", 0},
+        CLI_KV_FLAGS(f.kv),
         {0},
     };
     int pr = cli_parse("serve", "Serve a model over an OpenAI-compatible HTTP API.", flags, argc, argv);

@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -552,7 +553,7 @@ static void engine_admit(eng_engine *e)
             return;
         }
         int32_t need = blocks_for(e, (h->seq ? h->seq->n_tokens : h->p.n_prompt) + 1);
-        if (e->n_running > 0 && need > kv_pool_available(e->rt->kv)) {
+        if (e->n_running > 0 && !kv_pool_can_hold(e->rt->kv, need)) {
             pthread_mutex_unlock(&e->mu);
             return;
         }
@@ -935,6 +936,9 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
         return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
     }
     e->stats.kv_block_tokens = rt->o.block_tokens;
+    snprintf(e->stats.kv_format, sizeof e->stats.kv_format, "%s", rt->kv_desc);
+    e->stats.kv_bytes_per_token =
+        kv_pool_block_bytes(kv_pool_cfg(rt->kv)) / (uint64_t)rt->o.block_tokens;
     e->stats.kv = kv_pool_get_stats(rt->kv);
     if (o->ssd) { /* SSD tier: spill-on-evict + RAM-miss loads in the pool, write-behind here */
         kiln_err werr;

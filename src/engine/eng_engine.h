@@ -113,6 +113,8 @@ typedef struct {
     bool ssd_on;              /* an SSD tier is attached; ssd holds its counters */
     uint64_t ckpt_saved, ckpt_resumed; /* generation checkpoints queued / requests resumed */
     kv_ssd_stats ssd;
+    char kv_format[128];         /* kv_format_describe of the pool's format */
+    uint64_t kv_bytes_per_token; /* main-class block bytes / block_tokens (what `kiln fit` says) */
 } eng_stats;
 
 /* API */

@@ -12,6 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The format o implies (a CONFIG request without a resolved format, or a bad
+ * one, plans as uniform 8-bit / f32: eng_runtime_open reports the error). */
+static void fit_format(const wt_config *c, const eng_runtime_opts *o, kv_format *f)
+{
+    if (eng_runtime_kv_format(NULL, c, o, f, NULL) == KILN_OK) return;
+    eng_runtime_opts q = *o;
+    q.kv_fmt = NULL;
+    q.kv_quant = o->kv_quant == KV_QUANT_CONFIG ? KV_QUANT_8 : KV_QUANT_OFF;
+    if (eng_runtime_kv_format(NULL, c, &q, f, NULL) == KILN_OK) return;
+    q.kv_quant = KV_QUANT_OFF;
+    q.kv_quant_start = 0;
+    int32_t nl = c->n_layers > KV_FMT_MAX_LAYERS ? KV_FMT_MAX_LAYERS : (int32_t)c->n_layers;
+    kv_format_init(f, KV_QUANT_OFF, 0, 0, nl > 0 ? nl : 1,
+                   c->head_dim > 0 ? (int32_t)c->head_dim : 1, NULL);
+}
+
 eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts *in)
 {
     eng_runtime_opts o = *in;
@@ -20,10 +36,23 @@ eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts 
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_step_tokens <= 0) o.max_step_tokens = 512;
     if (o.ctx <= 0) o.ctx = c->max_pos > 0 && c->max_pos < 4096 ? (int32_t)c->max_pos : 4096;
+    int64_t per_seq = (o.ctx + o.block_tokens - 1) / o.block_tokens + 1;
     if (o.n_blocks <= 0) {
-        int64_t per_seq = (o.ctx + o.block_tokens - 1) / o.block_tokens + 1;
         int64_t nb = per_seq * o.max_seqs;
         o.n_blocks = nb > INT32_MAX ? INT32_MAX : (int32_t)nb;
+    }
+    /* --quantized-kv-start: each sequence's first ceil(start / bt) blocks are
+     * full precision; the pool keeps that share of its blocks in that class */
+    o.n_blocks_full = 0;
+    if (o.kv_quant_start > 0) {
+        kv_format f;
+        fit_format(c, &o, &f);
+        if (kv_format_split(&f)) {
+            int64_t full = ((int64_t)o.kv_quant_start + o.block_tokens - 1) / o.block_tokens;
+            if (full > per_seq) full = per_seq;
+            int64_t nf = ((int64_t)o.n_blocks * full + per_seq - 1) / per_seq;
+            o.n_blocks_full = nf > o.n_blocks ? o.n_blocks : (int32_t)nf;
+        }
     }
     /* decode needs one logits row per sequence; all-position prefill (logits
      * --all, verification) runs in chunks of at most this many tokens */
@@ -41,9 +70,17 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
     f->o = eng_runtime_resolve(c, in);
     const eng_runtime_opts *o = &f->o;
     f->weights_bytes = weights_bytes;
-    f->kv_bytes_per_token =
-        (uint64_t)c->n_layers * 2 * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
-    f->kv_pool_bytes = f->kv_bytes_per_token * (uint64_t)o->block_tokens * (uint64_t)o->n_blocks;
+    kv_format kf;
+    fit_format(c, o, &kf);
+    kv_format_describe(&kf, f->kv_format, sizeof f->kv_format);
+    f->kv_bytes_per_token = kv_format_bytes_per_token(&kf, KV_CLASS_MAIN, (int32_t)c->n_kv_heads);
+    f->kv_bytes_per_token_full =
+        kv_format_split(&kf) ? kv_format_bytes_per_token(&kf, KV_CLASS_FULL, (int32_t)c->n_kv_heads)
+                             : f->kv_bytes_per_token;
+    /* the same sum kv_pool_create allocates */
+    f->kv_pool_bytes = (f->kv_bytes_per_token_full * (uint64_t)o->n_blocks_full +
+                        f->kv_bytes_per_token * (uint64_t)(o->n_blocks - o->n_blocks_full)) *
+                       (uint64_t)o->block_tokens;
     f->scratch_bytes = mdl_scratch_bytes(c, o->n_threads, o->max_step_tokens, o->max_seqs, o->ctx, NULL);
     f->logits_bytes = (uint64_t)o->logit_rows * (uint64_t)c->vocab * 4;
     /* sampler scratch; f32 copies of norms and biases; pool metadata and index */
@@ -56,7 +93,9 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
     /* decode streams every weight except the embedding table (one row), plus
      * the K/V of the context so far (ctx/2 on average) */
     uint64_t embed = (uint64_t)c->vocab * (uint64_t)c->hidden; /* elements */
-    f->read_per_token = weights_bytes + f->kv_bytes_per_token * (uint64_t)o->ctx / 2;
+    int64_t half = o->ctx / 2, before = o->kv_quant_start < half ? o->kv_quant_start : half;
+    f->read_per_token = weights_bytes + f->kv_bytes_per_token_full * (uint64_t)before +
+                        f->kv_bytes_per_token * (uint64_t)(half - before);
     if (!c->tie_word_embeddings) {
         /* the untied table is only gathered: subtract its share (its bytes per
          * element are those of the whole file, close enough for a prediction) */
@@ -79,7 +118,16 @@ kiln_code eng_fit_model(const char *dir, const eng_runtime_opts *o, eng_fit *out
         wt_config_free(&c);
         return rc;
     }
-    eng_fit_compute(&c, wt_set_bytes(ws), o, out);
+    kv_format kf;
+    if ((rc = eng_runtime_kv_format(dir, &c, o, &kf, err))) {
+        wt_set_close(ws);
+        wt_config_free(&c);
+        return rc;
+    }
+    eng_runtime_opts oo = *o;
+    oo.kv_fmt = &kf;
+    eng_fit_compute(&c, wt_set_bytes(ws), &oo, out);
+    out->o.kv_fmt = NULL; /* kf dies here */
     wt_set_close(ws);
     wt_config_free(&c);
     return KILN_OK;

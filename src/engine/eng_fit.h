@@ -19,8 +19,13 @@
 typedef struct {
     eng_runtime_opts o;          /* the options with every default resolved */
     uint64_t weights_bytes;      /* tensors as mapped (the safetensors data) */
-    uint64_t kv_bytes_per_token; /* K+V f32 over all layers (sliding layers are not capped) */
-    uint64_t kv_pool_bytes;      /* n_blocks x block bytes */
+    uint64_t kv_bytes_per_token; /* K+V over all layers at the KV format's true bytes (scale/
+                                    bias included); past --quantized-kv-start. Sliding-window
+                                    layers are not capped: a block holds every layer of its
+                                    positions (docs/kv.md) */
+    uint64_t kv_bytes_per_token_full; /* the same before --quantized-kv-start (f32) */
+    uint64_t kv_pool_bytes;           /* n_blocks_full x full block + the rest x main block bytes */
+    char kv_format[128];              /* kv_format_describe */
     uint64_t scratch_bytes;      /* the step arena: activations of a full prefill chunk,
                                     attention scratch per thread */
     uint64_t logits_bytes;       /* logit rows x vocab x 4 */

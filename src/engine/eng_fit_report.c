@@ -46,6 +46,10 @@ char *eng_fit_report_json(const eng_fit *f, const eng_admit_plan *plan, double b
         f->weights_bytes, f->kv_bytes_per_token, f->kv_pool_bytes, f->scratch_bytes,
         f->logits_bytes, f->other_bytes, f->total_bytes, (int)f->o.ctx, (int)f->o.max_seqs,
         f->o.n_threads, (int)f->o.n_blocks, (int)f->o.block_tokens, f->read_per_token, bws, toks);
+    /* kv_format_describe writes plain ASCII (names, digits, spaces, commas) */
+    put(buf, cap, &len,
+        ", \"kv_format\": \"%s\", \"kv_bytes_per_token_full\": %" PRIu64 ", \"kv_blocks_full\": %d",
+        f->kv_format, f->kv_bytes_per_token_full, (int)f->o.n_blocks_full);
     if (plan && plan->budget_bytes) {
         char enf[16] = "null";
         if (plan->enforced_context) snprintf(enf, sizeof enf, "%d", (int)plan->enforced_context);

@@ -21,8 +21,27 @@ eng_runtime_opts eng_runtime_opts_default(void)
         .max_step_tokens = 512,
         .n_blocks = 0,
         .isa = NULL,
+        .kv_quant = KV_QUANT_OFF,
     };
     return o;
+}
+
+kiln_code eng_runtime_kv_format(const char *dir, const wt_config *c, const eng_runtime_opts *o,
+                                kv_format *out, kiln_err *err)
+{
+    if (o->kv_fmt) {
+        *out = *o->kv_fmt;
+        return KILN_OK;
+    }
+    if (c->n_layers > KV_FMT_MAX_LAYERS || c->head_dim > INT32_MAX)
+        return kiln_fail(err, KILN_E_UNSUPPORTED, "kv format: %lld layers", (long long)c->n_layers);
+    if (o->kv_quant == KV_QUANT_CONFIG) {
+        if (!dir) return kiln_fail(err, KILN_E_INVALID, "--kv-quant config needs the model folder");
+        return kv_format_load_config(dir, o->kv_group, o->kv_quant_start, (int32_t)c->n_layers,
+                                     (int32_t)c->head_dim, out, err);
+    }
+    return kv_format_init(out, o->kv_quant, o->kv_group, o->kv_quant_start, (int32_t)c->n_layers,
+                          (int32_t)c->head_dim, err);
 }
 
 void eng_runtime_close(eng_runtime *rt)
@@ -49,9 +68,14 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
     double t0 = plat_now();
     if ((rc = mdl_load(dir, &rt->model, err))) goto fail;
     const wt_config *c = mdl_config(rt->model);
+    if ((rc = eng_runtime_kv_format(dir, c, &rt->o, &rt->kv_fmt, err))) goto fail;
+    rt->o.kv_fmt = &rt->kv_fmt;
+    kv_format_describe(&rt->kv_fmt, rt->kv_desc, sizeof rt->kv_desc);
     rt->o = eng_runtime_resolve(c, &rt->o); /* the same sizing `kiln fit` predicts */
     if ((rc = kn_pool_create(rt->o.n_threads, &rt->pool, err))) goto fail;
     kv_pool_config kc = mdl_kv_shape(rt->model, rt->o.n_blocks, rt->o.block_tokens);
+    kc.fmt = &rt->kv_fmt;
+    kc.n_blocks_full = rt->o.n_blocks_full;
     if ((rc = kv_pool_create(&kc, &rt->kv, err))) goto fail;
     if ((rc = mdl_ctx_create(rt->model, rt->pool, rt->o.max_step_tokens, rt->o.max_seqs,
                              rt->o.ctx, &rt->cx, err)))
@@ -64,11 +88,14 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
         rc = kiln_fail(err, KILN_E_NOMEM, "runtime: cannot allocate logits");
         goto fail;
     }
-    rt->ns = mdl_fingerprint(rt->model) ^ 0x6b76663332ull; /* "kvf32": the KV format */
+    /* blocks of different formats must never be shared: the format is part of
+     * the namespace the hash chains live in */
+    rt->ns = mdl_fingerprint(rt->model) ^ kv_format_hash(&rt->kv_fmt);
+    if (rt->ns == 0) rt->ns = 1; /* 0 means "prefix cache off" */
     rt->load_s = plat_now() - t0;
-    KLOG_INFO("engine", "loaded model=%s arch=%s threads=%d isa=%s ctx=%d kv_blocks=%d",
-              dir, c->architecture, rt->o.n_threads, kn_isa_name(), (int)rt->o.ctx,
-              (int)rt->o.n_blocks);
+    KLOG_INFO("engine", "loaded model=%s arch=%s threads=%d isa=%s ctx=%d kv_blocks=%d kv=%s", dir,
+              c->architecture, rt->o.n_threads, kn_isa_name(), (int)rt->o.ctx, (int)rt->o.n_blocks,
+              rt->kv_desc);
     *out = rt;
     return KILN_OK;
 fail:

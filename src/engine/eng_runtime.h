@@ -28,6 +28,15 @@ typedef struct {
     int32_t n_blocks;        /* KV pool size; 0 = enough for max_seqs x ctx */
     const char *isa;         /* kernel variant: NULL/"auto", "ref", "avx2", ... */
     int32_t logit_rows;      /* OUT (eng_runtime_resolve): rows of the logits buffer */
+    /* KV storage (docs/kv.md) */
+    kv_quant_mode kv_quant;  /* KV_QUANT_OFF (f32, default), F16, BF16, 8, 4, CONFIG */
+    int32_t kv_group;        /* affine group along head_dim; 0 = 64 (clamped to head_dim) */
+    int32_t kv_quant_start;  /* positions before it stay f32 (block-granular) */
+    const kv_format *kv_fmt; /* BORROWED, optional: the resolved per-layer format (needed
+                                for CONFIG in eng_fit_compute; eng_runtime_open sets it
+                                to its own copy in rt->o) */
+    int32_t n_blocks_full;   /* OUT (eng_runtime_resolve): blocks of the full-precision
+                                class when kv_quant_start splits the pool */
 } eng_runtime_opts;
 
 typedef struct {
@@ -35,7 +44,9 @@ typedef struct {
     kn_pool *pool;    /* OWNED */
     kv_pool *kv;      /* OWNED */
     mdl_ctx *cx;      /* OWNED */
-    uint64_t ns;      /* prefix-cache namespace: model fingerprint + KV format */
+    uint64_t ns;      /* prefix-cache namespace: model fingerprint ^ kv_format_hash */
+    kv_format kv_fmt; /* the resolved KV format (rt->o.kv_fmt points here) */
+    char kv_desc[128]; /* kv_format_describe: "f32", "q8g64", ... */
     eng_runtime_opts o;
     double load_s;
     float *logits;    /* OWNED [logit_rows, vocab] step output */
@@ -54,6 +65,10 @@ typedef int (*eng_token_fn)(void *user, int32_t token, const eng_sample_out *so)
 
 /* API */
 eng_runtime_opts eng_runtime_opts_default(void);
+/* The KV format o asks for on a config (kv_config.json read from dir when
+ * o->kv_quant is CONFIG; dir may be NULL otherwise). o->kv_fmt wins when set. */
+kiln_code eng_runtime_kv_format(const char *dir, const wt_config *c, const eng_runtime_opts *o,
+                                kv_format *out, kiln_err *err);
 kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runtime **out,
                            kiln_err *err);
 void eng_runtime_close(eng_runtime *rt);

@@ -74,7 +74,7 @@ int32_t eng_seq_attach_prefix(eng_seq *s, kv_pool *kv, uint64_t ns)
     for (int32_t i = 0; i < max_full; i++) {
         uint64_t h = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
         kv_block_id b = kv_pool_lookup(kv, h);
-        if (b < 0) b = kv_pool_lookup_tier(kv, h); /* RAM miss: the SSD tier, if any */
+        if (b < 0) b = kv_pool_lookup_tier(kv, h, i); /* RAM miss: the SSD tier, if any */
         if (b < 0) break;
         s->blocks[s->n_blocks] = b;
         s->hashes[s->n_blocks] = h;
@@ -95,7 +95,7 @@ kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err
     if (rc) return rc;
     while (s->n_blocks < need) {
         kv_block_id b;
-        if ((rc = kv_pool_alloc(kv, &b, err))) return rc;
+        if ((rc = kv_pool_alloc_at(kv, s->n_blocks, &b, err))) return rc;
         s->blocks[s->n_blocks++] = b;
     }
     return KILN_OK;

@@ -2,8 +2,11 @@
  * kn_attn.h — attention for one sequence over its paged K/V.
  *
  * K and V of one layer live in fixed-size blocks of `block_tokens` tokens, each
- * block [block_tokens, n_kv_heads, head_dim] f32; `k_blocks[j]` points at the
- * j-th block of the sequence (its block table, resolved). Query i (of n_q new
+ * block [block_tokens, n_kv_heads] records of head_dim values in a kn_kv_fmt
+ * (kn_kvq.h): `fmt_full` for blocks j < full_blocks, `fmt` after (the
+ * --quantized-kv-start split); `k_blocks[j]` points at the j-th block of the
+ * sequence (its block table, resolved). Quantized records are decoded inside
+ * the kernel, one row at a time, into per-thread scratch. Query i (of n_q new
  * tokens) sits at position pos0 + i and sees keys at positions
  * max(0, p - window + 1) .. p (window 0 = unlimited), causal.
  *
@@ -15,6 +18,8 @@
 
 #include <stdint.h>
 
+#include "kernels/kn_kvq.h"
+
 typedef struct {
     const float *q;  /* [n_q, n_heads, head_dim] */
     float *out;      /* [n_q, n_heads, head_dim] */
@@ -24,9 +29,12 @@ typedef struct {
     float scale;     /* score multiplier, usually head_dim^-0.5 */
     float softcap;   /* 0 = none; else scores = softcap * tanh(scores / softcap) */
     int32_t window;  /* 0 = full attention */
-    const float *const *k_blocks; /* [ceil((pos0+n_q)/block_tokens)] BORROWED */
-    const float *const *v_blocks;
+    const void *const *k_blocks; /* [ceil((pos0+n_q)/block_tokens)] BORROWED */
+    const void *const *v_blocks;
     int32_t block_tokens;
+    kn_kv_fmt fmt;      /* records of blocks >= full_blocks ({0} = f32) */
+    kn_kv_fmt fmt_full; /* records of blocks < full_blocks */
+    int32_t full_blocks;
 } kn_attn_args;
 
 /* API */

@@ -50,6 +50,7 @@ typedef struct {
     void (*add)(float *y, const float *x, int64_t n);
     void (*rope_neox)(float *x, int64_t rot, const float *cos_sin);
     void (*attn_heads)(const kn_attn_args *a, int32_t h0, int32_t h1, float *scratch);
+    void (*kv_load)(kn_kv_fmt f, const void *src, int32_t n, float *out);
 } kn_ops;
 
 extern const kn_ops *kn; /* read-only after kn_init() */

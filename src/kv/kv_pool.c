@@ -14,8 +14,14 @@
  *   (3) n_free + n_active + n_cached == n_blocks
  *   (4) a block is in the hash index iff it is published (has_hash), and the
  *       index maps its hash to it
+ *   (5) a block never changes class: ids [0, n_blocks_full) are full-precision
+ *       blocks, the rest main-format blocks; each class has its own free list
+ *       and LRU list (allocation of one class never evicts the other)
+ * Layout: the slab holds the full-precision blocks first, then the main ones;
+ * inside a block, layer L's K records start at koff[cls][L] and its V records
+ * at voff[cls][L] (per-layer formats differ in size).
  * Threads: engine thread only; nothing here locks.
- * Errors: KILN_E_BUDGET when no FREE or CACHED block is left.
+ * Errors: KILN_E_BUDGET when no FREE or CACHED block of the class is left.
  */
 #include "kv/kv_pool.h"
 #include "util/kiln_assert.h"
@@ -32,18 +38,23 @@ typedef struct {
     int32_t refcnt;
     uint8_t state, has_hash;
     uint64_t hash;
+    uint64_t lru_tick;              /* CACHED only: when it joined its LRU list */
     kv_block_id lru_prev, lru_next; /* CACHED only */
     kv_block_id free_next;          /* FREE only */
 } kv_meta;
 
 struct kv_pool {
     kv_pool_config cfg;
-    size_t block_bytes, layer_stride, half_stride; /* bytes */
-    uint8_t *slab;                                 /* OWNED */
-    kv_meta *meta;                                 /* OWNED [n_blocks] */
-    kv_block_id free_head;
-    kv_block_id lru_head, lru_tail; /* head = least recently used */
+    kv_format fmt;             /* cfg.fmt points here */
+    size_t block_bytes[2];     /* per class (KV_CLASS_FULL, KV_CLASS_MAIN) */
+    size_t *koff[2], *voff[2]; /* OWNED [n_layers] byte offsets inside a block */
+    uint8_t *slab;             /* OWNED */
+    kv_meta *meta;             /* OWNED [n_blocks] */
+    kv_block_id free_head[2];
+    kv_block_id lru_head[2], lru_tail[2]; /* head = least recently used */
+    uint64_t tick;
     int32_t n_free, n_active, n_cached;
+    int32_t n_free_cls[2], n_cached_cls[2];
     int32_t cache_cap; /* max CACHED blocks (kv_pool_set_cache_cap) */
     /* open-addressing hash index: hash -> block (-1 empty, -2 tombstone) */
     kv_block_id *index; /* OWNED [index_cap] */
@@ -97,69 +108,141 @@ static void index_remove(kv_pool *p, uint64_t h, kv_block_id b)
 
 /* ---------------------------------------------------------------- lists */
 
+static int cls_of(const kv_pool *p, kv_block_id b)
+{
+    return b < p->cfg.n_blocks_full ? KV_CLASS_FULL : KV_CLASS_MAIN;
+}
+
 static void lru_unlink(kv_pool *p, kv_block_id b)
 {
     kv_meta *m = &p->meta[b];
+    int c = cls_of(p, b);
     if (m->lru_prev >= 0) p->meta[m->lru_prev].lru_next = m->lru_next;
-    else p->lru_head = m->lru_next;
+    else
+        p->lru_head[c] = m->lru_next;
     if (m->lru_next >= 0) p->meta[m->lru_next].lru_prev = m->lru_prev;
-    else p->lru_tail = m->lru_prev;
+    else
+        p->lru_tail[c] = m->lru_prev;
     m->lru_prev = m->lru_next = -1;
+    p->n_cached_cls[c]--;
 }
 
 static void lru_push_tail(kv_pool *p, kv_block_id b)
 {
     kv_meta *m = &p->meta[b];
-    m->lru_prev = p->lru_tail;
+    int c = cls_of(p, b);
+    m->lru_prev = p->lru_tail[c];
     m->lru_next = -1;
-    if (p->lru_tail >= 0) p->meta[p->lru_tail].lru_next = b;
-    else p->lru_head = b;
-    p->lru_tail = b;
+    m->lru_tick = ++p->tick;
+    if (p->lru_tail[c] >= 0)
+        p->meta[p->lru_tail[c]].lru_next = b;
+    else
+        p->lru_head[c] = b;
+    p->lru_tail[c] = b;
+    p->n_cached_cls[c]++;
 }
 
-/* CACHED -> FREE for the least recently used block (the cache cap). */
 static void spill(kv_pool *p, kv_block_id b);
 
+static void free_push(kv_pool *p, kv_block_id b)
+{
+    int c = cls_of(p, b);
+    p->meta[b].state = KV_BLOCK_FREE;
+    p->meta[b].free_next = p->free_head[c];
+    p->free_head[c] = b;
+    p->n_free++;
+    p->n_free_cls[c]++;
+}
+
+/* CACHED -> FREE for the least recently used block of either class (the cache cap). */
 static void evict_to_free(kv_pool *p)
 {
-    kv_block_id b = p->lru_head;
+    kv_block_id a = p->lru_head[0], m = p->lru_head[1];
+    kv_block_id b = a < 0 ? m : m < 0 ? a : p->meta[a].lru_tick < p->meta[m].lru_tick ? a : m;
     spill(p, b);
     lru_unlink(p, b);
     index_remove(p, p->meta[b].hash, b);
     p->meta[b].has_hash = 0;
-    p->meta[b].state = KV_BLOCK_FREE;
-    p->meta[b].free_next = p->free_head;
-    p->free_head = b;
     p->n_cached--;
-    p->n_free++;
+    free_push(p, b);
     p->evictions++;
 }
 
 /* ---------------------------------------------------------------- API */
 
+/* The format of a config (f32 everywhere when it names none). */
+static void cfg_format(const kv_pool_config *c, kv_format *f)
+{
+    if (c->fmt) {
+        *f = *c->fmt;
+        return;
+    }
+    kv_format_init(f, KV_QUANT_OFF, 0, 0, c->n_layers, c->head_dim, NULL);
+}
+
+static size_t class_bytes(const kv_pool_config *c, const kv_format *f, int cls)
+{
+    size_t per_pos = 0;
+    for (int32_t l = 0; l < c->n_layers; l++)
+        per_pos +=
+            2 * (size_t)c->n_kv_heads * kn_kv_rec_bytes(kv_format_at(f, cls, l), c->head_dim);
+    return per_pos * (size_t)c->block_tokens;
+}
+
+size_t kv_pool_class_bytes(const kv_pool_config *c, int cls)
+{
+    if (c->n_layers <= 0 || c->n_layers > KV_FMT_MAX_LAYERS || c->head_dim <= 0 ||
+        c->head_dim > 65536)
+        return 0;
+    kv_format f;
+    cfg_format(c, &f);
+    return class_bytes(c, &f, cls);
+}
+
 size_t kv_pool_block_bytes(const kv_pool_config *c)
 {
-    return (size_t)c->n_layers * 2 * (size_t)c->block_tokens * (size_t)c->n_kv_heads *
-           (size_t)c->head_dim * sizeof(float);
+    return kv_pool_class_bytes(c, KV_CLASS_MAIN);
 }
 
 kiln_code kv_pool_create(const kv_pool_config *cfg, kv_pool **out, kiln_err *err)
 {
     *out = NULL;
     if (cfg->n_blocks <= 0 || cfg->block_tokens <= 0 || cfg->n_layers <= 0 ||
-        cfg->n_kv_heads <= 0 || cfg->head_dim <= 0)
+        cfg->n_layers > KV_FMT_MAX_LAYERS || cfg->n_kv_heads <= 0 || cfg->head_dim <= 0 ||
+        cfg->head_dim > 65536 ||
+        cfg->n_blocks_full < 0 || cfg->n_blocks_full > cfg->n_blocks)
         return kiln_fail(err, KILN_E_INVALID, "kv pool: bad shape (%d blocks of %d tokens)",
                          (int)cfg->n_blocks, (int)cfg->block_tokens);
-    size_t bb = kv_pool_block_bytes(cfg), total;
-    if (kiln_mul_size(bb, (size_t)cfg->n_blocks, &total))
-        return kiln_fail(err, KILN_E_TOO_LARGE, "kv pool: size overflows");
+    if (cfg->fmt && (cfg->fmt->n_layers != cfg->n_layers || cfg->fmt->head_dim != cfg->head_dim))
+        return kiln_fail(err, KILN_E_INVALID, "kv pool: the KV format is for another shape");
     kv_pool *p = calloc(1, sizeof *p);
-    if (!p) goto nomem;
+    if (!p) return kiln_fail(err, KILN_E_NOMEM, "kv pool: out of memory");
     p->cfg = *cfg;
-    p->block_bytes = bb;
-    p->half_stride = (size_t)cfg->block_tokens * (size_t)cfg->n_kv_heads *
-                     (size_t)cfg->head_dim * sizeof(float);
-    p->layer_stride = 2 * p->half_stride;
+    cfg_format(cfg, &p->fmt);
+    p->cfg.fmt = &p->fmt;
+    if (!kv_format_split(&p->fmt)) p->cfg.n_blocks_full = 0; /* one class */
+    size_t total = 0, part;
+    int32_t n_main = p->cfg.n_blocks - p->cfg.n_blocks_full;
+    for (int c = 0; c < 2; c++) {
+        p->block_bytes[c] = class_bytes(&p->cfg, &p->fmt, c);
+        p->koff[c] = malloc(sizeof(size_t) * (size_t)cfg->n_layers);
+        p->voff[c] = malloc(sizeof(size_t) * (size_t)cfg->n_layers);
+        if (!p->koff[c] || !p->voff[c]) goto nomem;
+        size_t at = 0;
+        for (int32_t l = 0; l < cfg->n_layers; l++) {
+            size_t half = (size_t)cfg->block_tokens * (size_t)cfg->n_kv_heads *
+                          kn_kv_rec_bytes(kv_format_at(&p->fmt, c, l), cfg->head_dim);
+            p->koff[c][l] = at;
+            p->voff[c][l] = at + half;
+            at += 2 * half;
+        }
+    }
+    if (kiln_mul_size(p->block_bytes[0], (size_t)p->cfg.n_blocks_full, &total) ||
+        kiln_mul_size(p->block_bytes[1], (size_t)n_main, &part) || total + part < total) {
+        kv_pool_destroy(p);
+        return kiln_fail(err, KILN_E_TOO_LARGE, "kv pool: size overflows");
+    }
+    total += part;
     void *slab = NULL;
     if (posix_memalign(&slab, 64, total ? total : 64) != 0) goto nomem;
     p->slab = slab;
@@ -170,27 +253,30 @@ kiln_code kv_pool_create(const kv_pool_config *cfg, kv_pool **out, kiln_err *err
     p->index_keys = calloc((size_t)p->index_cap, sizeof *p->index_keys);
     if (!p->meta || !p->index || !p->index_keys) goto nomem;
     for (int32_t i = 0; i < p->index_cap; i++) p->index[i] = -1;
-    /* free list in ascending order so allocation is deterministic */
-    for (int32_t b = 0; b < cfg->n_blocks; b++) {
-        p->meta[b].free_next = b + 1 < cfg->n_blocks ? b + 1 : -1;
+    for (int c = 0; c < 2; c++)
+        p->free_head[c] = p->lru_head[c] = p->lru_tail[c] = -1;
+    /* free lists in ascending order so allocation is deterministic */
+    for (int32_t b = cfg->n_blocks - 1; b >= 0; b--) {
         p->meta[b].lru_prev = p->meta[b].lru_next = -1;
+        free_push(p, b);
     }
-    p->free_head = 0;
-    p->n_free = cfg->n_blocks;
-    p->lru_head = p->lru_tail = -1;
     p->cache_cap = cfg->n_blocks;
     *out = p;
     return KILN_OK;
 nomem:
     kv_pool_destroy(p);
-    return kiln_fail(err, KILN_E_NOMEM, "kv pool: cannot allocate %d blocks of %zu bytes",
-                     (int)cfg->n_blocks, bb);
+    return kiln_fail(err, KILN_E_NOMEM, "kv pool: cannot allocate %d blocks (%zu bytes)",
+                     (int)cfg->n_blocks, total);
 }
 
 void kv_pool_destroy(kv_pool *p)
 {
     if (!p) return;
     free(p->slab);
+    for (int c = 0; c < 2; c++) {
+        free(p->koff[c]);
+        free(p->voff[c]);
+    }
     free(p->meta);
     free(p->index);
     free(p->index_keys);
@@ -202,15 +288,21 @@ const kv_pool_config *kv_pool_cfg(const kv_pool *p)
     return &p->cfg;
 }
 
-kiln_code kv_pool_alloc(kv_pool *p, kv_block_id *out, kiln_err *err)
+int kv_pool_class_of(const kv_pool *p, int32_t block_index)
+{
+    return kv_format_class(&p->fmt, block_index, p->cfg.block_tokens);
+}
+
+static kiln_code alloc_class(kv_pool *p, int c, kv_block_id *out, kiln_err *err)
 {
     kv_block_id b;
-    if (p->free_head >= 0) {
-        b = p->free_head;
-        p->free_head = p->meta[b].free_next;
+    if (p->free_head[c] >= 0) {
+        b = p->free_head[c];
+        p->free_head[c] = p->meta[b].free_next;
         p->n_free--;
-    } else if (p->lru_head >= 0) {
-        b = p->lru_head;
+        p->n_free_cls[c]--;
+    } else if (p->lru_head[c] >= 0) {
+        b = p->lru_head[c];
         spill(p, b);
         lru_unlink(p, b);
         index_remove(p, p->meta[b].hash, b);
@@ -219,8 +311,10 @@ kiln_code kv_pool_alloc(kv_pool *p, kv_block_id *out, kiln_err *err)
         p->evictions++;
     } else {
         *out = -1;
-        return kiln_fail(err, KILN_E_BUDGET, "kv cache full: all %d blocks are in use",
-                         (int)p->cfg.n_blocks);
+        return kiln_fail(err, KILN_E_BUDGET, "kv cache full: all %d %sblocks are in use",
+                         (int)(c == KV_CLASS_FULL ? p->cfg.n_blocks_full
+                                                  : p->cfg.n_blocks - p->cfg.n_blocks_full),
+                         c == KV_CLASS_FULL ? "full-precision " : "");
     }
     kv_meta *m = &p->meta[b];
     m->state = KV_BLOCK_ACTIVE;
@@ -229,6 +323,16 @@ kiln_code kv_pool_alloc(kv_pool *p, kv_block_id *out, kiln_err *err)
     p->n_active++;
     *out = b;
     return KILN_OK;
+}
+
+kiln_code kv_pool_alloc_at(kv_pool *p, int32_t block_index, kv_block_id *out, kiln_err *err)
+{
+    return alloc_class(p, kv_pool_class_of(p, block_index), out, err);
+}
+
+kiln_code kv_pool_alloc(kv_pool *p, kv_block_id *out, kiln_err *err)
+{
+    return alloc_class(p, KV_CLASS_MAIN, out, err);
 }
 
 void kv_pool_retain(kv_pool *p, kv_block_id b)
@@ -251,10 +355,7 @@ void kv_pool_release(kv_pool *p, kv_block_id b)
         p->n_cached++;
         while (p->n_cached > p->cache_cap) evict_to_free(p);
     } else {
-        m->state = KV_BLOCK_FREE;
-        m->free_next = p->free_head;
-        p->free_head = b;
-        p->n_free++;
+        free_push(p, b);
     }
 }
 
@@ -297,17 +398,43 @@ kv_block_id kv_pool_lookup(kv_pool *p, uint64_t hash)
     return b;
 }
 
-float *kv_pool_k(kv_pool *p, kv_block_id b, int32_t layer)
+static uint8_t *block_base(const kv_pool *p, kv_block_id b)
 {
-    KILN_DASSERT(b >= 0 && b < p->cfg.n_blocks && layer >= 0 && layer < p->cfg.n_layers);
-    return (float *)(p->slab + (size_t)b * p->block_bytes + (size_t)layer * p->layer_stride);
+    int32_t nf = p->cfg.n_blocks_full;
+    if (b < nf) return p->slab + (size_t)b * p->block_bytes[0];
+    return p->slab + (size_t)nf * p->block_bytes[0] + (size_t)(b - nf) * p->block_bytes[1];
 }
 
-float *kv_pool_v(kv_pool *p, kv_block_id b, int32_t layer)
+void *kv_pool_layer_k(kv_pool *p, kv_block_id b, int32_t layer)
 {
     KILN_DASSERT(b >= 0 && b < p->cfg.n_blocks && layer >= 0 && layer < p->cfg.n_layers);
-    return (float *)(p->slab + (size_t)b * p->block_bytes + (size_t)layer * p->layer_stride +
-                     p->half_stride);
+    return block_base(p, b) + p->koff[cls_of(p, b)][layer];
+}
+
+void *kv_pool_layer_v(kv_pool *p, kv_block_id b, int32_t layer)
+{
+    KILN_DASSERT(b >= 0 && b < p->cfg.n_blocks && layer >= 0 && layer < p->cfg.n_layers);
+    return block_base(p, b) + p->voff[cls_of(p, b)][layer];
+}
+
+kn_kv_fmt kv_pool_layer_fmt(const kv_pool *p, kv_block_id b, int32_t layer)
+{
+    KILN_DASSERT(b >= 0 && b < p->cfg.n_blocks && layer >= 0 && layer < p->cfg.n_layers);
+    return kv_format_at(&p->fmt, cls_of(p, b), layer);
+}
+
+const void *kv_pool_block_data(const kv_pool *p, kv_block_id b, size_t *bytes)
+{
+    KILN_ASSERT(b >= 0 && b < p->cfg.n_blocks);
+    if (bytes) *bytes = p->block_bytes[cls_of(p, b)];
+    return block_base(p, b);
+}
+
+void *kv_pool_block_data_mut(kv_pool *p, kv_block_id b, size_t *bytes)
+{
+    KILN_ASSERT(b >= 0 && b < p->cfg.n_blocks);
+    if (bytes) *bytes = p->block_bytes[cls_of(p, b)];
+    return block_base(p, b);
 }
 
 kv_pool_stats kv_pool_get_stats(const kv_pool *p)
@@ -320,7 +447,11 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *p)
         .hits = p->hits,
         .misses = p->misses,
         .evictions = p->evictions,
-        .bytes = p->block_bytes * (size_t)p->cfg.n_blocks,
+        .bytes = p->block_bytes[0] * (size_t)p->cfg.n_blocks_full +
+                 p->block_bytes[1] * (size_t)(p->cfg.n_blocks - p->cfg.n_blocks_full),
+        .n_blocks_full = p->cfg.n_blocks_full,
+        .block_bytes = p->block_bytes[1],
+        .block_bytes_full = p->block_bytes[0],
     };
     return s;
 }
@@ -336,6 +467,20 @@ int32_t kv_pool_available(const kv_pool *p)
     return p->n_free + p->n_cached;
 }
 
+int kv_pool_can_hold(const kv_pool *p, int32_t n_blocks)
+{
+    int32_t need[2] = {0, 0};
+    for (int32_t j = 0; j < n_blocks; j++) {
+        if (kv_pool_class_of(p, j) == KV_CLASS_MAIN) {
+            need[1] += n_blocks - j;
+            break;
+        }
+        need[0]++;
+    }
+    return need[0] <= p->n_free_cls[0] + p->n_cached_cls[0] &&
+           need[1] <= p->n_free_cls[1] + p->n_cached_cls[1];
+}
+
 int kv_pool_check(const kv_pool *p)
 {
     int32_t nf = 0, na = 0, nc = 0, on_lru = 0;
@@ -348,9 +493,20 @@ int kv_pool_check(const kv_pool *p)
         if (m->has_hash && index_find(p, m->hash) != b) return 4;
         if (!m->has_hash && m->state == KV_BLOCK_CACHED) return 4;
     }
-    for (kv_block_id b = p->lru_head; b >= 0; b = p->meta[b].lru_next) {
-        if (p->meta[b].state != KV_BLOCK_CACHED) return 2;
-        if (++on_lru > p->cfg.n_blocks) return 2;
+    for (int c = 0; c < 2; c++) {
+        int32_t here = 0;
+        for (kv_block_id b = p->lru_head[c]; b >= 0; b = p->meta[b].lru_next) {
+            if (p->meta[b].state != KV_BLOCK_CACHED || cls_of(p, b) != c) return 2;
+            if (++here > p->cfg.n_blocks) return 2;
+        }
+        if (here != p->n_cached_cls[c]) return 2;
+        on_lru += here;
+        int32_t nfree = 0;
+        for (kv_block_id b = p->free_head[c]; b >= 0; b = p->meta[b].free_next) {
+            if (p->meta[b].state != KV_BLOCK_FREE || cls_of(p, b) != c) return 5;
+            if (++nfree > p->cfg.n_blocks) return 5;
+        }
+        if (nfree != p->n_free_cls[c]) return 5;
     }
     if (on_lru != nc) return 2;
     if (nf != p->n_free || na != p->n_active || nc != p->n_cached) return 3;
@@ -371,20 +527,6 @@ uint64_t kv_hash_block(uint64_t parent, uint64_t ns, const int32_t *tokens, int3
 
 /* ---------------------------------------------------------------- raw bytes and SSD tier hooks */
 
-const void *kv_pool_block_data(const kv_pool *p, kv_block_id b, size_t *bytes)
-{
-    KILN_ASSERT(b >= 0 && b < p->cfg.n_blocks);
-    if (bytes) *bytes = p->block_bytes;
-    return p->slab + (size_t)b * p->block_bytes;
-}
-
-void *kv_pool_block_data_mut(kv_pool *p, kv_block_id b, size_t *bytes)
-{
-    KILN_ASSERT(b >= 0 && b < p->cfg.n_blocks);
-    if (bytes) *bytes = p->block_bytes;
-    return p->slab + (size_t)b * p->block_bytes;
-}
-
 void kv_pool_set_tier(kv_pool *p, const kv_tier *tier)
 {
     if (tier) p->tier = *tier;
@@ -400,11 +542,11 @@ static void spill(kv_pool *p, kv_block_id b)
     p->tier.evict(p->tier.user, p->meta[b].hash, d, n);
 }
 
-kv_block_id kv_pool_lookup_tier(kv_pool *p, uint64_t hash)
+kv_block_id kv_pool_lookup_tier(kv_pool *p, uint64_t hash, int32_t block_index)
 {
     if (!p->tier.load || index_find(p, hash) >= 0) return -1;
     kv_block_id b;
-    if (kv_pool_alloc(p, &b, NULL) != KILN_OK) return -1;
+    if (kv_pool_alloc_at(p, block_index, &b, NULL) != KILN_OK) return -1;
     size_t n;
     void *d = kv_pool_block_data_mut(p, b, &n);
     if (p->tier.load(p->tier.user, hash, d, n) != 0 || kv_pool_publish(p, b, hash) != 1) {

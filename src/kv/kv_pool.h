@@ -3,14 +3,20 @@
  * counted and content-addressed so that sequences share prefixes with zero copies.
  *
  *   kv_pool_config c = {.n_blocks = 256, .block_tokens = 16, .n_layers = L,
- *                       .n_kv_heads = H, .head_dim = D};
+ *                       .n_kv_heads = H, .head_dim = D, .fmt = &fmt};  // fmt NULL: f32
  *   kv_pool *kv; kv_pool_create(&c, &kv, &err);
- *   kv_block_id b; kv_pool_alloc(kv, &b, &err);         // refcnt 1, ACTIVE
- *   float *k = kv_pool_k(kv, b, layer);                 // [block_tokens, H, D]
+ *   kv_block_id b; kv_pool_alloc_at(kv, j, &b, &err);   // block j of a sequence; refcnt 1
+ *   void *k = kv_pool_layer_k(kv, b, layer);            // [block_tokens, H] records
+ *   kn_kv_fmt f = kv_pool_layer_fmt(kv, b, layer);      // ... in this format
  *   kv_pool_release(kv, b);                             // -> FREE or CACHED
  *
  * A block holds, for every layer, K then V of block_tokens consecutive
- * positions of one sequence: [n_layers][2][block_tokens][n_kv_heads][head_dim] f32.
+ * positions of one sequence: [n_layers][2][block_tokens][n_kv_heads] records of
+ * head_dim values, each layer in its kv_format (kv_format.h; f32 by default).
+ * With --quantized-kv-start the pool has two block classes of different byte
+ * sizes: ids [0, n_blocks_full) hold the full-precision blocks a sequence uses
+ * for positions before the start, the rest the main format; a block's class
+ * follows from its index in the sequence (kv_pool_alloc_at), never from load.
  * A full block may be published under a content hash (kv_pool_publish): the
  * hash of (parent block's hash, its token ids, the namespace), see kv_hash_block.
  * Published blocks whose refcount drops to 0 stay CACHED (on an LRU list) until
@@ -22,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kn_kvq.h"
+#include "kv/kv_format.h"
 #include "util/kiln_err.h"
 
 typedef int32_t kv_block_id; /* index into the pool; -1 = none */
@@ -30,12 +38,18 @@ typedef struct {
     int32_t n_blocks;
     int32_t block_tokens;
     int32_t n_layers, n_kv_heads, head_dim;
+    const kv_format *fmt;  /* NULL = f32 everywhere; copied by kv_pool_create (kv_pool_cfg's
+                              points at the pool's copy) */
+    int32_t n_blocks_full; /* of n_blocks, the full-precision class (only when fmt splits) */
 } kv_pool_config;
 
 typedef struct {
     int32_t n_blocks, n_free, n_active, n_cached;
     uint64_t hits, misses, evictions;
-    size_t bytes; /* the pool's slab */
+    size_t bytes;            /* the pool's slab */
+    int32_t n_blocks_full;   /* blocks of the full-precision class (0: one class) */
+    size_t block_bytes;      /* bytes of one main-class block */
+    size_t block_bytes_full; /* bytes of one full-precision block */
 } kv_pool_stats;
 
 typedef struct kv_pool kv_pool;
@@ -55,9 +69,16 @@ typedef struct {
 kiln_code kv_pool_create(const kv_pool_config *cfg, kv_pool **out, kiln_err *err);
 void kv_pool_destroy(kv_pool *pool); /* NULL is a no-op */
 const kv_pool_config *kv_pool_cfg(const kv_pool *pool);
-size_t kv_pool_block_bytes(const kv_pool_config *cfg);
-/* A block with refcnt 1 (FREE first, else the least recently used CACHED one,
- * which loses its hash). KILN_E_BUDGET when every block is ACTIVE. */
+/* Bytes of one block of a class (KV_CLASS_MAIN, KV_CLASS_FULL) for a config. */
+size_t kv_pool_class_bytes(const kv_pool_config *cfg, int cls);
+size_t kv_pool_block_bytes(const kv_pool_config *cfg); /* the main class */
+/* The class of a sequence's block_index-th block. */
+int kv_pool_class_of(const kv_pool *pool, int32_t block_index);
+/* A block with refcnt 1 for a sequence's block_index-th block, of the class
+ * that index implies (FREE first, else the least recently used CACHED block of
+ * that class, which loses its hash). KILN_E_BUDGET when the class is all ACTIVE. */
+kiln_code kv_pool_alloc_at(kv_pool *pool, int32_t block_index, kv_block_id *out, kiln_err *err);
+/* kv_pool_alloc_at for a main-class block (any index past --quantized-kv-start). */
 kiln_code kv_pool_alloc(kv_pool *pool, kv_block_id *out, kiln_err *err);
 void kv_pool_retain(kv_pool *pool, kv_block_id b);
 /* Drops one reference; at 0 a published block becomes CACHED, else FREE. */
@@ -69,26 +90,33 @@ int kv_pool_publish(kv_pool *pool, kv_block_id b, uint64_t hash);
 /* A block published under `hash`, retained for the caller (CACHED -> ACTIVE);
  * -1 when none. Counts a hit or a miss. */
 kv_block_id kv_pool_lookup(kv_pool *pool, uint64_t hash);
-float *kv_pool_k(kv_pool *pool, kv_block_id b, int32_t layer); /* [block_tokens, H, D] */
-float *kv_pool_v(kv_pool *pool, kv_block_id b, int32_t layer);
+/* Layer `layer` of block b: K (or V) records [block_tokens][n_kv_heads], each
+ * kn_kv_rec_bytes(kv_pool_layer_fmt(..), head_dim) bytes. */
+void *kv_pool_layer_k(kv_pool *pool, kv_block_id b, int32_t layer);
+void *kv_pool_layer_v(kv_pool *pool, kv_block_id b, int32_t layer);
+kn_kv_fmt kv_pool_layer_fmt(const kv_pool *pool, kv_block_id b, int32_t layer);
+/* The raw bytes of block b (all layers; *bytes set to their count): what an
+ * SSD tier writes and reads back. The layout is fixed by the kv_format, which
+ * is part of the namespace hash, so equal hashes mean equal layouts. */
+const void *kv_pool_block_data(const kv_pool *pool, kv_block_id b, size_t *bytes);
+void *kv_pool_block_data_mut(kv_pool *pool, kv_block_id b, size_t *bytes);
 kv_pool_stats kv_pool_get_stats(const kv_pool *pool);
 /* At most max_cached blocks stay CACHED (unreferenced but published); past it the
  * least recently used go FREE at once (the --prompt-cache byte cap). */
 void kv_pool_set_cache_cap(kv_pool *pool, int32_t max_cached);
 int32_t kv_pool_available(const kv_pool *pool); /* FREE + CACHED */
-/* The raw bytes of block b (all layers; *bytes set to their count): what an
- * SSD tier writes and reads back. The layout is fixed by the KV format, which
- * is part of the namespace hash, so equal hashes mean equal layouts. */
-const void *kv_pool_block_data(const kv_pool *pool, kv_block_id b, size_t *bytes);
-void *kv_pool_block_data_mut(kv_pool *pool, kv_block_id b, size_t *bytes);
 /* SSD tier hooks (kv_pool.c, section "SSD tier hooks"). tier is copied; NULL removes it. */
 void kv_pool_set_tier(kv_pool *pool, const kv_tier *tier);
-/* After a RAM miss: a new block filled by the tier and published under hash,
- * retained for the caller (ACTIVE); -1 when the tier has none or no block is free. */
-kv_block_id kv_pool_lookup_tier(kv_pool *pool, uint64_t hash);
+/* After a RAM miss: a new block (of the class of a sequence's block_index) filled
+ * by the tier and published under hash, retained for the caller (ACTIVE); -1
+ * when the tier has none or no block is free. */
+kv_block_id kv_pool_lookup_tier(kv_pool *pool, uint64_t hash, int32_t block_index);
 /* Walks published blocks (ACTIVE or CACHED) from *cursor (start at 0); -1 at the end. */
 kv_block_id kv_pool_next_published(const kv_pool *pool, int32_t *cursor, uint64_t *hash);
 uint64_t kv_pool_publish_gen(const kv_pool *pool); /* changes whenever a block is published */
+/* 1 when blocks for indices [0, n_blocks) of a new sequence could be allocated
+ * now (each class counted apart). */
+int kv_pool_can_hold(const kv_pool *pool, int32_t n_blocks);
 /* Checks invariants (1)..(4) of kv_pool.c; returns 0 when they hold. Tests. */
 int kv_pool_check(const kv_pool *pool);
 

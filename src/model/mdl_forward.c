@@ -68,10 +68,10 @@ size_t mdl_scratch_bytes(const wt_config *c, int n_threads, int32_t max_tokens, 
     int64_t af = (s1 > s2 ? s1 : s2) + 16;
     if (attn_floats) *attn_floats = af;
     size_t max_blocks = (size_t)max_ctx + 1; /* pointer tables: at most one block per position */
-    return sizeof(float) * (step_floats(c, max_tokens, mdl_rope_dims(c)) +
-                            (size_t)n_threads * (size_t)af) +
+    return sizeof(float) *
+               (step_floats(c, max_tokens, mdl_rope_dims(c)) + (size_t)n_threads * (size_t)af) +
            sizeof(int32_t) * 2 * (size_t)max_tokens +
-           (sizeof(kn_attn_args) + 2 * sizeof(float *) * max_blocks) * (size_t)max_seqs +
+           (sizeof(kn_attn_args) + 2 * sizeof(void *) * max_blocks) * (size_t)max_seqs +
            64 * (16 + 2 * (size_t)max_seqs); /* 64-byte alignment of every arena array */
 }
 
@@ -154,12 +154,18 @@ static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
                            m->norm_offset);
             kn_rope_neox(k + h * hd, rot, cs);
         }
+        /* each head's row is encoded on its own: its bytes depend on that row only */
         const mdl_seq *sq = &s->seqs[s->tok_seq[t]];
         int32_t pos = s->tok_pos[t];
         kv_block_id b = sq->blocks[pos / bt];
-        size_t off = (size_t)(pos % bt) * (size_t)(nkv * hd);
-        memcpy(kv_pool_k(s->kv, b, s->layer) + off, k, sizeof(float) * (size_t)(nkv * hd));
-        memcpy(kv_pool_v(s->kv, b, s->layer) + off, v, sizeof(float) * (size_t)(nkv * hd));
+        kn_kv_fmt f = kv_pool_layer_fmt(s->kv, b, s->layer);
+        size_t rec = kn_kv_rec_bytes(f, (int32_t)hd), off = (size_t)(pos % bt) * (size_t)nkv * rec;
+        uint8_t *kd = (uint8_t *)kv_pool_layer_k(s->kv, b, s->layer) + off;
+        uint8_t *vd = (uint8_t *)kv_pool_layer_v(s->kv, b, s->layer) + off;
+        for (int64_t h = 0; h < nkv; h++) {
+            kn_kv_store(f, k + h * hd, (int32_t)hd, kd + (size_t)h * rec);
+            kn_kv_store(f, v + h * hd, (int32_t)hd, vd + (size_t)h * rec);
+        }
     }
 }
 
@@ -239,8 +245,8 @@ static kiln_code step_alloc(step *s, kiln_err *err)
     for (int32_t i = 0; i < s->n_seqs; i++) {
         const mdl_seq *sq = &s->seqs[i];
         int32_t nb = (sq->pos0 + sq->n_tokens + bt - 1) / bt;
-        const float **kp = ARENA_ARRAY(a, const float *, nb);
-        const float **vp = ARENA_ARRAY(a, const float *, nb);
+        const void **kp = ARENA_ARRAY(a, const void *, nb);
+        const void **vp = ARENA_ARRAY(a, const void *, nb);
         if (!kp || !vp) return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
         s->aa[i] = (kn_attn_args){
             .n_q = sq->n_tokens,
@@ -267,11 +273,20 @@ static void step_bind_layer(step *s, int32_t L)
         const mdl_seq *sq = &s->seqs[i];
         kn_attn_args *a = &s->aa[i];
         int32_t nb = (sq->pos0 + sq->n_tokens + bt - 1) / bt;
-        const float **kp = (const float **)a->k_blocks, **vp = (const float **)a->v_blocks;
+        const void **kp = (const void **)a->k_blocks, **vp = (const void **)a->v_blocks;
         for (int32_t j = 0; j < nb; j++) {
-            kp[j] = kv_pool_k(s->kv, sq->blocks[j], L);
-            vp[j] = kv_pool_v(s->kv, sq->blocks[j], L);
+            kp[j] = kv_pool_layer_k(s->kv, sq->blocks[j], L);
+            vp[j] = kv_pool_layer_v(s->kv, sq->blocks[j], L);
         }
+        /* a block's class follows from its index: the full-precision blocks
+         * (--quantized-kv-start) are the sequence's first ones */
+        const kv_format *kf = kv_pool_cfg(s->kv)->fmt;
+        int32_t nfull = 0;
+        while (nfull < nb && kv_pool_class_of(s->kv, nfull) == KV_CLASS_FULL)
+            nfull++;
+        a->full_blocks = nfull;
+        a->fmt = kv_format_at(kf, KV_CLASS_MAIN, L);
+        a->fmt_full = kv_format_at(kf, KV_CLASS_FULL, L);
         a->q = s->q + row * qd;
         a->out = s->att + row * qd;
         a->window = s->ly->window;

@@ -94,9 +94,7 @@ int srv_route_stats(srv_server *s, json_t **body)
     eng_engine *e = atomic_load(&s->engine);
     if (!e) return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
     eng_stats st = eng_get_stats(e);
-    double per_tok = st.kv.n_blocks && st.kv_block_tokens
-                         ? (double)st.kv.bytes / ((double)st.kv.n_blocks * st.kv_block_tokens)
-                         : 0.0;
+    double per_tok = (double)st.kv_bytes_per_token;
     pthread_mutex_lock(&s->mu);
     int in_flight = s->n_active;
     pthread_mutex_unlock(&s->mu);
@@ -127,6 +125,19 @@ int srv_route_stats(srv_server *s, json_t **body)
     json_t *adm = j ? admission_json(s, &st) : NULL;
     if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */
     json_decref(adm);
+    json_t *kvj = j ? json_object_get(j, "kv") : NULL;
+    if (kvj) {
+        /* the pool's real layout: bytes per token of a main-class block
+         * (scale/bias included), and the full-precision blocks of
+         * --quantized-kv-start */
+        json_object_set_new(kvj, "kv_format", json_string(st.kv_format));
+        json_object_set_new(kvj, "kv_bytes_per_token",
+                            json_integer((json_int_t)st.kv_bytes_per_token));
+        json_object_set_new(kvj, "blocks_full", json_integer(st.kv.n_blocks_full));
+        json_object_set_new(kvj, "block_bytes", json_integer((json_int_t)st.kv.block_bytes));
+        json_object_set_new(kvj, "block_bytes_full",
+                            json_integer((json_int_t)st.kv.block_bytes_full));
+    }
     srv_rstore_stats rs = srv_rstore_get_stats(s->rstore);
     if (j)
         json_object_set_new(j, "responses_store",

@@ -53,10 +53,18 @@ static void free_cache(cache *c)
 static kn_attn_args args_for(const cache *c, int32_t pos0, int32_t n_q, float *out, float softcap,
                              int32_t window)
 {
-    kn_attn_args a = {.q = c->q + (size_t)pos0 * c->n_heads * c->hd, .out = out, .n_q = n_q,
-                      .pos0 = pos0, .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->hd,
-                      .scale = 1.0f / sqrtf((float)c->hd), .softcap = softcap, .window = window,
-                      .k_blocks = (const float *const *)c->kb, .v_blocks = (const float *const *)c->vb,
+    kn_attn_args a = {.q = c->q + (size_t)pos0 * c->n_heads * c->hd,
+                      .out = out,
+                      .n_q = n_q,
+                      .pos0 = pos0,
+                      .n_heads = c->n_heads,
+                      .n_kv_heads = c->n_kv,
+                      .head_dim = c->hd,
+                      .scale = 1.0f / sqrtf((float)c->hd),
+                      .softcap = softcap,
+                      .window = window,
+                      .k_blocks = (const void *const *)c->kb,
+                      .v_blocks = (const void *const *)c->vb,
                       .block_tokens = c->bt};
     return a;
 }
@@ -206,10 +214,171 @@ static void test_avx2_matches_ref_closely(void)
     }
 }
 
+/* ---------------------------------------------------------------- quantized K/V */
+
+/* The same cache stored in format f (blocks [0, full) kept f32), and its
+ * decoded f32 twin: what attention over f must equal bit for bit. */
+typedef struct {
+    uint8_t *mem;             /* OWNED encoded blocks */
+    float *deq;               /* OWNED decoded blocks */
+    const void **kb, **vb;    /* OWNED encoded block table */
+    const float **dkb, **dvb; /* OWNED decoded block table */
+} qcache;
+
+static qcache make_qcache(const cache *c, kn_kv_fmt f, int32_t full)
+{
+    int32_t nb = (c->n_tok + c->bt - 1) / c->bt;
+    size_t rec = kn_kv_rec_bytes(f, c->hd), rows = (size_t)c->bt * c->n_kv;
+    size_t bfl = rows * c->hd;
+    qcache q = {malloc(2 * nb * rows * (rec > 4 * (size_t)c->hd ? rec : 4 * (size_t)c->hd)),
+                malloc(2 * nb * bfl * 4),
+                malloc(nb * sizeof(void *)),
+                malloc(nb * sizeof(void *)),
+                malloc(nb * sizeof(float *)),
+                malloc(nb * sizeof(float *))};
+    size_t at = 0;
+    for (int32_t j = 0; j < nb; j++)
+        for (int kv = 0; kv < 2; kv++) {
+            const float *src = kv ? c->vb[j] : c->kb[j];
+            kn_kv_fmt fj = j < full ? (kn_kv_fmt){KN_KV_F32, 0} : f;
+            size_t r = kn_kv_rec_bytes(fj, c->hd);
+            uint8_t *dst = q.mem + at;
+            float *dq = q.deq + (size_t)(2 * j + kv) * bfl;
+            for (size_t i = 0; i < rows; i++) {
+                kn_kv_store(fj, src + i * c->hd, c->hd, dst + i * r);
+                kn_kv_load(fj, dst + i * r, c->hd, dq + i * c->hd);
+            }
+            (kv ? q.vb : q.kb)[j] = dst;
+            (kv ? q.dvb : q.dkb)[j] = dq;
+            at += rows * r;
+        }
+    return q;
+}
+
+static void free_qcache(qcache *q)
+{
+    free(q->mem);
+    free(q->deq);
+    free(q->kb);
+    free(q->vb);
+    free(q->dkb);
+    free(q->dvb);
+}
+
+static int32_t group_for(int32_t hd)
+{
+    for (int32_t g = 64; g >= 8; g /= 2)
+        if (hd % g == 0) return g;
+    return hd % 2 == 0 ? hd : 0;
+}
+
+/* Per format and variant: attention over the quantized blocks equals f32
+ * attention over the decoded blocks bitwise (decoding happens in the kernel,
+ * the reduction order is unchanged), with and without an f32 prefix block;
+ * and it is batch invariant (whole prompt vs one token at a time vs chunks). */
+static void test_quantized_equals_decoded_and_is_batch_invariant(void)
+{
+    const int32_t dts[] = {KN_KV_F16, KN_KV_BF16, KN_KV_Q8, KN_KV_Q4};
+    for (int vi = 0; vi < 2; vi++) {
+        if (!have(variants[vi])) continue;
+        for (int si = 0; si < N_SHAPES; si++) {
+            const shape *s = &shapes[si];
+            for (int di = 0; di < 4; di++) {
+                kn_kv_fmt f = {dts[di], 0};
+                if (f.dtype == KN_KV_Q8 || f.dtype == KN_KV_Q4) {
+                    f.group = group_for(s->hd);
+                    if (!f.group) continue;
+                }
+                for (int32_t full = 0; full <= 1; full++) {
+                    cache c = make_cache(s->n_heads, s->n_kv, s->hd, s->bt, s->n_tok);
+                    qcache q = make_qcache(&c, f, full);
+                    size_t per = (size_t)s->n_heads * s->hd, total = (size_t)s->n_tok * per;
+                    float *o_q = malloc(total * 4), *o_d = malloc(total * 4),
+                          *o_t = malloc(total * 4);
+                    kn_attn_args a = args_for(&c, 0, s->n_tok, o_q, s->softcap, s->window);
+                    a.k_blocks = q.kb;
+                    a.v_blocks = q.vb;
+                    a.fmt = f;
+                    a.full_blocks = full;
+                    run(&a, 0, s->n_heads);
+                    kn_attn_args d = args_for(&c, 0, s->n_tok, o_d, s->softcap, s->window);
+                    d.k_blocks = (const void *const *)q.dkb;
+                    d.v_blocks = (const void *const *)q.dvb;
+                    run(&d, 0, s->n_heads);
+                    int same = memcmp(o_q, o_d, total * 4) == 0;
+                    for (int32_t p = 0; p < s->n_tok; p++) { /* token by token, heads split */
+                        kn_attn_args b = a;
+                        b.q = c.q + (size_t)p * per;
+                        b.out = o_t + (size_t)p * per;
+                        b.pos0 = p;
+                        b.n_q = 1;
+                        run(&b, 0, s->n_heads / 2);
+                        run(&b, s->n_heads / 2, s->n_heads);
+                    }
+                    int inv = memcmp(o_q, o_t, total * 4) == 0;
+                    for (int32_t p = 0; p < s->n_tok; p += 5) { /* chunks of 5 */
+                        kn_attn_args b = a;
+                        b.q = c.q + (size_t)p * per;
+                        b.out = o_t + (size_t)p * per;
+                        b.pos0 = p;
+                        b.n_q = s->n_tok - p < 5 ? s->n_tok - p : 5;
+                        run(&b, 0, s->n_heads);
+                    }
+                    inv &= memcmp(o_q, o_t, total * 4) == 0;
+                    free(o_q);
+                    free(o_d);
+                    free(o_t);
+                    free_qcache(&q);
+                    free_cache(&c);
+                    if (!same)
+                        TEST_FAIL_("%s shape %d %s g%d full %d: differs from the decoded cache",
+                                   variants[vi], si, kn_kv_dtype_name(f.dtype), (int)f.group,
+                                   (int)full);
+                    if (!inv)
+                        TEST_FAIL_("%s shape %d %s: not batch invariant", variants[vi], si,
+                                   kn_kv_dtype_name(f.dtype));
+                }
+            }
+        }
+    }
+}
+
+/* ref and AVX2 read the same quantized bytes to within their f32 tolerance. */
+static void test_quantized_avx2_matches_ref(void)
+{
+    if (!have("avx2")) TEST_SKIP("no avx2 on this CPU");
+    const shape *s = &shapes[1];
+    cache c = make_cache(s->n_heads, s->n_kv, s->hd, s->bt, s->n_tok);
+    kn_kv_fmt f = {KN_KV_Q4, 32};
+    qcache q = make_qcache(&c, f, 1);
+    size_t total = (size_t)s->n_tok * s->n_heads * s->hd;
+    float *o1 = malloc(total * 4), *o2 = malloc(total * 4);
+    kn_attn_args a = args_for(&c, 0, s->n_tok, o1, 0, 0);
+    a.k_blocks = q.kb;
+    a.v_blocks = q.vb;
+    a.fmt = f;
+    a.full_blocks = 1;
+    have("ref");
+    run(&a, 0, s->n_heads);
+    a.out = o2;
+    have("avx2");
+    run(&a, 0, s->n_heads);
+    double md = 0;
+    for (size_t i = 0; i < total; i++)
+        md = fmax(md, fabs((double)o1[i] - o2[i]));
+    free(o1);
+    free(o2);
+    free_qcache(&q);
+    free_cache(&c);
+    ASSERT_TRUE(md <= 3e-6);
+}
+
 int main(void)
 {
     RUN(test_every_variant_matches_dense_reference);
     RUN(test_output_is_bitwise_batch_invariant);
     RUN(test_avx2_matches_ref_closely);
+    RUN(test_quantized_equals_decoded_and_is_batch_invariant);
+    RUN(test_quantized_avx2_matches_ref);
     return TEST_DONE();
 }

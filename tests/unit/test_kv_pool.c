@@ -46,10 +46,10 @@ static void test_release_to_zero_moves_published_block_to_lru(void)
     ASSERT_EQ_I64(s.n_cached, 1);
     ASSERT_EQ_I64(kv_pool_check(p), 0);
     /* a hit revives it with its bytes */
-    kv_pool_k(p, a, 1)[3] = 7.0f;
+    ((float *)kv_pool_layer_k(p, a, 1))[3] = 7.0f;
     kv_block_id h = kv_pool_lookup(p, 42);
     ASSERT_EQ_I64(h, a);
-    ASSERT_NEAR_F32(kv_pool_k(p, h, 1)[3], 7.0f, 0);
+    ASSERT_NEAR_F32(((float *)kv_pool_layer_k(p, h, 1))[3], 7.0f, 0);
     ASSERT_EQ_I64(kv_pool_lookup(p, 43), -1);
     kv_pool_release(p, h);
     /* allocation takes the free block first, then evicts the cached one */
@@ -147,8 +147,75 @@ static void test_bad_config_is_an_error(void)
     ASSERT_TRUE(p == NULL);
 }
 
+/* --quantized-kv-start: two block classes of different sizes; the class of a
+ * sequence's block follows from its index; each class fills up on its own;
+ * raw block bytes and layer views are consistent. */
+static void test_two_block_classes(void)
+{
+    kiln_err err;
+    kv_format f;
+    ASSERT_OK(kv_format_init(&f, KV_QUANT_4, 0, 6, 2, 8, &err)); /* q4g8, f32 before 6 */
+    kv_pool_config c = {.n_blocks = 5,
+                        .block_tokens = 4,
+                        .n_layers = 2,
+                        .n_kv_heads = 2,
+                        .head_dim = 8,
+                        .fmt = &f,
+                        .n_blocks_full = 2};
+    kv_pool *p = NULL;
+    ASSERT_OK(kv_pool_create(&c, &p, &err));
+    size_t full = 2 * 2 * 4 * 2 * 8 * 4, main = 2 * 2 * 4 * 2 * (4 + 8);
+    ASSERT_EQ_U64(kv_pool_class_bytes(&c, KV_CLASS_FULL), full);
+    ASSERT_EQ_U64(kv_pool_block_bytes(&c), main);
+    kv_pool_stats st = kv_pool_get_stats(p);
+    ASSERT_EQ_U64(st.bytes, 2 * full + 3 * main);
+    ASSERT_EQ_I64(st.n_blocks_full, 2);
+    ASSERT_EQ_I64(kv_pool_class_of(p, 0), KV_CLASS_FULL);
+    ASSERT_EQ_I64(kv_pool_class_of(p, 1), KV_CLASS_FULL); /* positions 4..7, 4 < 6 */
+    ASSERT_EQ_I64(kv_pool_class_of(p, 2), KV_CLASS_MAIN);
+    ASSERT_TRUE(kv_pool_can_hold(p, 5));
+    ASSERT_TRUE(!kv_pool_can_hold(p, 6)); /* a 4th main block does not exist */
+    kv_block_id b[5];
+    for (int j = 0; j < 5; j++)
+        ASSERT_OK(kv_pool_alloc_at(p, j, &b[j], &err));
+    ASSERT_TRUE(b[0] < 2 && b[1] < 2 && b[2] >= 2 && b[3] >= 2 && b[4] >= 2);
+    kv_block_id none;
+    ASSERT_CODE(kv_pool_alloc_at(p, 0, &none, &err), KILN_E_BUDGET);
+    ASSERT_EQ_I64(none, -1);
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    for (int j = 0; j < 5; j++) {
+        size_t n;
+        const uint8_t *d = kv_pool_block_data(p, b[j], &n);
+        ASSERT_EQ_U64(n, j < 2 ? full : main);
+        ASSERT_TRUE((uint8_t *)kv_pool_layer_k(p, b[j], 0) == d);
+        ASSERT_TRUE((uint8_t *)kv_pool_layer_v(p, b[j], 1) == d + n - n / 4);
+        ASSERT_EQ_I64(kv_pool_layer_fmt(p, b[j], 1).dtype, j < 2 ? KN_KV_F32 : KN_KV_Q4);
+        ASSERT_TRUE(kv_pool_block_data_mut(p, b[j], NULL) == (void *)d);
+    }
+    /* a published full-precision block becomes CACHED in its own class and is
+     * what the next full-class allocation evicts */
+    ASSERT_EQ_I64(kv_pool_publish(p, b[0], 7), 1);
+    kv_pool_release(p, b[0]);
+    ASSERT_TRUE(kv_pool_can_hold(p, 1));
+    ASSERT_TRUE(!kv_pool_can_hold(p, 2)); /* block 1 is still held */
+    kv_pool_release(p, b[1]);
+    ASSERT_TRUE(!kv_pool_can_hold(p, 3)); /* ... and no main block is free */
+    kv_pool_release(p, b[2]);
+    ASSERT_TRUE(kv_pool_can_hold(p, 3));
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    kv_block_id x;
+    ASSERT_OK(kv_pool_alloc_at(p, 0, &x, &err)); /* the FREE block 1 first */
+    ASSERT_EQ_I64(x, b[1]);
+    ASSERT_OK(kv_pool_alloc_at(p, 1, &x, &err)); /* then evicts the CACHED one */
+    ASSERT_EQ_I64(x, b[0]);
+    ASSERT_EQ_I64(kv_pool_lookup(p, 7), -1); /* evicted: lost its hash */
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    kv_pool_destroy(p);
+}
+
 int main(void)
 {
+    RUN(test_two_block_classes);
     RUN(test_alloc_until_full_then_budget_error);
     RUN(test_release_to_zero_moves_published_block_to_lru);
     RUN(test_publish_same_hash_twice_keeps_first);

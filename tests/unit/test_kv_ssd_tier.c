@@ -35,7 +35,7 @@ static void test_evicted_block_round_trips_through_the_tier(void)
         d[i] = (float)i * 0.5f;
     ASSERT_EQ_I64(kv_pool_publish(p, a, 0x77), 1);
     kv_pool_release(p, a);                           /* CACHED */
-    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0x77), -1); /* in RAM: the tier is not asked */
+    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0x77, 0), -1); /* in RAM: the tier is not asked */
     ASSERT_OK(kv_pool_alloc(p, &b, &err));
     kv_block_id c2;
     ASSERT_OK(kv_pool_alloc(p, &c2, &err)); /* reuses a: spilled first */
@@ -45,7 +45,7 @@ static void test_evicted_block_round_trips_through_the_tier(void)
     memset(kv_pool_block_data_mut(p, c2, NULL), 0, n); /* the RAM copy is gone */
     kv_pool_release(p, c2);
     ASSERT_EQ_U64(kv_ssd_flush(ssd, 5000, NULL), 0);
-    kv_block_id got = kv_pool_lookup_tier(p, 0x77);
+    kv_block_id got = kv_pool_lookup_tier(p, 0x77, 0);
     ASSERT_TRUE(got >= 0);
     ASSERT_EQ_I64(kv_pool_refcnt(p, got), 1);
     const float *g = kv_pool_block_data(p, got, NULL);
@@ -56,7 +56,7 @@ static void test_evicted_block_round_trips_through_the_tier(void)
     ASSERT_EQ_I64(kv_pool_check(p), 0);
     /* a miss allocates nothing */
     int32_t avail = kv_pool_available(p);
-    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0x78), -1);
+    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0x78, 0), -1);
     ASSERT_EQ_I64(kv_pool_available(p), avail);
     kv_pool_release(p, got);
     ASSERT_EQ_I64(kv_pool_check(p), 0);

@@ -6,7 +6,9 @@
  * 8-lane chunks from the row start, V accumulated with FMA, times 1/Σ.
  * Query heads sharing a KV head run together (K/V rows loaded once), each
  * with exactly the single-head arithmetic, so nothing depends on n_q, h0/h1
- * or threads (batch invariance).
+ * or threads (batch invariance). Quantized K/V rows (kn_kvq.h) are decoded
+ * once per row for the whole head group by kv_load_avx2, which yields bitwise
+ * the floats of the scalar kn_kv_load (f32 mul then add, exact conversions).
  */
 #if defined(__x86_64__)
 #include <math.h>
@@ -15,11 +17,65 @@
 #include "kernels/kn_int.h"
 #include "kernels/x86/kn_avx2_math.h"
 
-static inline const float *kv_at(const float *const *blocks, const kn_attn_args *a, int32_t p,
-                                 int32_t kvh)
+/* Decodes one record; groups that are not a multiple of 8 wide take the
+ * scalar decoder (same floats). */
+static void kv_load_avx2(kn_kv_fmt f, const void *src, int32_t n, float *out)
 {
-    return blocks[p / a->block_tokens] +
-           ((int64_t)(p % a->block_tokens) * a->n_kv_heads + kvh) * a->head_dim;
+    const uint8_t *s = src;
+    if (f.dtype == KN_KV_F16 && n % 8 == 0) {
+        for (int32_t i = 0; i < n; i += 8)
+            _mm256_storeu_ps(out + i,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
+        return;
+    }
+    if (f.dtype == KN_KV_BF16 && n % 8 == 0) {
+        for (int32_t i = 0; i < n; i += 8) {
+            __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + 2 * i)));
+            _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+        }
+        return;
+    }
+    if ((f.dtype == KN_KV_Q8 || f.dtype == KN_KV_Q4) && f.group % 8 == 0) {
+        int32_t g = f.group, ng = n / g;
+        const uint8_t *codes = s + (size_t)ng * 8;
+        const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        const __m256i nib = _mm256_set1_epi32(15);
+        for (int32_t j = 0; j < ng; j++) {
+            float sc, b;
+            memcpy(&sc, s + (size_t)j * 4, 4);
+            memcpy(&b, s + (size_t)(ng + j) * 4, 4);
+            __m256 vs = _mm256_set1_ps(sc), vb = _mm256_set1_ps(b);
+            for (int32_t i = j * g; i < (j + 1) * g; i += 8) {
+                __m256i c;
+                if (f.dtype == KN_KV_Q8) {
+                    c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + i)));
+                } else {
+                    uint32_t w;
+                    memcpy(&w, codes + i / 2, 4);
+                    c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w), shifts), nib);
+                }
+                __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(c), vs);
+                _mm256_storeu_ps(out + i, _mm256_add_ps(v, vb));
+            }
+        }
+        return;
+    }
+    kn_kv_load(f, src, n, out);
+}
+
+/* Row (position p, KV head kvh) as f32: in place for f32 records, else
+ * decoded into buf. */
+static inline const float *kv_at(const void *const *blocks, const kn_attn_args *a, int32_t p,
+                                 int32_t kvh, float *buf)
+{
+    int32_t j = p / a->block_tokens;
+    kn_kv_fmt f = j < a->full_blocks ? a->fmt_full : a->fmt;
+    const uint8_t *rec = (const uint8_t *)blocks[j] +
+                         ((size_t)(p % a->block_tokens) * (size_t)a->n_kv_heads + (size_t)kvh) *
+                             kn_kv_rec_bytes(f, a->head_dim);
+    if (f.dtype == KN_KV_F32) return (const float *)rec;
+    kv_load_avx2(f, rec, a->head_dim, buf);
+    return buf;
 }
 
 static inline float dot_hd(const float *q, const float *k, int32_t hd, __m256i tail)
@@ -42,6 +98,7 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
     int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0, nk = p - lo + 1;
     float *acc = scratch;                           /* [GMAX][hd + 8] */
     float *scores = scratch + GMAX * (hd + 8);       /* [GMAX][rowlen] */
+    float *row = scores + GMAX * rowlen;             /* [hd + 8]: one decoded K or V row */
     const float *q[GMAX];
     float m[GMAX];
     __m256i tail = kn_tail_mask(hd & 7);
@@ -50,7 +107,7 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
         m[g] = -INFINITY;
     }
     for (int32_t j = lo; j <= p; j++) {
-        const float *k = kv_at(a->k_blocks, a, j, kvh);
+        const float *k = kv_at(a->k_blocks, a, j, kvh, row);
         for (int g = 0; g < G; g++) {
             float s = dot_hd(q[g], k, hd, tail) * a->scale;
             if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
@@ -80,7 +137,7 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
     memset(acc, 0, sizeof(float) * (size_t)(GMAX * (hd + 8)));
     int32_t h8 = hd & ~7;
     for (int32_t jj = lo; jj <= p; jj++) {
-        const float *v = kv_at(a->v_blocks, a, jj, kvh);
+        const float *v = kv_at(a->v_blocks, a, jj, kvh, row);
         for (int g = 0; g < G; g++) {
             __m256 w = _mm256_set1_ps(scores[g * rowlen + jj - lo]);
             float *ac = acc + g * (hd + 8);
@@ -117,5 +174,6 @@ static void attn_heads_avx2(const kn_attn_args *a, int32_t h0, int32_t h1, float
 void kn_avx2_install_attn(kn_ops *t)
 {
     t->attn_heads = attn_heads_avx2;
+    t->kv_load = kv_load_avx2;
 }
 #endif
