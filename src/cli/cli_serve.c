@@ -40,6 +40,7 @@ typedef struct {
     int64_t port, batch, ctx, max_tokens, top_k, max_queue, threads, max_body;
     double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
     double memory_budget, kv_budget; /* decimal GB; 0 = none */
+    double max_stall_ms;             /* prefill time per step beside streams; < 0 = default */
     int32_t env_limit;               /* KILN_CONTEXT_LIMIT; 0 = unset */
     const char *ssd_cache; /* --ssd-cache DIR */
     double ssd_cache_max;  /* GiB; 0 = no cap */
@@ -260,6 +261,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     }
     eng_engine_opts eo = eng_engine_opts_default();
     eo.max_queue = (int32_t)f->max_queue;
+    if (f->max_stall_ms >= 0) eo.max_stall_s = f->max_stall_ms / 1000.0;
     eo.kv_budget_bytes = (uint64_t)(f->kv_budget * 1e9);
     eo.kv_bytes_per_token = plan.fit.kv_bytes_per_token;
     if (f->ssd_cache) {
@@ -325,7 +327,7 @@ int cli_serve(int argc, char **argv)
 {
     serve_flags f = {.host = "127.0.0.1", .port = 8080, .batch = 8, .max_queue = 64,
                      .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20,
-                     .responses_ttl = 3600, .responses_store_mib = 64};
+                     .responses_ttl = 3600, .responses_store_mib = 64, .max_stall_ms = -1};
     cli_flag flags[] = {
         {"model", CLI_STR, &f.model, "DIR|REPO",
          "model folder or Hugging Face repo id (default: "
@@ -378,6 +380,10 @@ int cli_serve(int argc, char **argv)
          "cap on the running requests' projected KV (prompt + max_tokens); joiners over it wait "
          "(default: none)",
          0},
+        {"max-stall-ms", CLI_FLOAT, &f.max_stall_ms, "MS",
+         "while streams decode, prefill at most about this much work per step (default 1000; 0 = "
+         "whole chunks)",
+         0},
         {"ssd-cache", CLI_STR, &f.ssd_cache, "DIR",
          "persist KV blocks of cached prefixes in DIR (survives restarts; one server per DIR)", 0},
         {"ssd-cache-max", CLI_FLOAT, &f.ssd_cache_max, "GIB",
@@ -393,6 +399,11 @@ int cli_serve(int argc, char **argv)
     int thinking;
     if (check_flags(&f, &thinking)) return 2;
     const cli_flag *mb = cli_find(flags, "memory-budget"), *kb = cli_find(flags, "kv-budget");
+    const cli_flag *ms = cli_find(flags, "max-stall-ms");
+    if (ms->seen && !(f.max_stall_ms >= 0 && f.max_stall_ms <= 3.6e6)) {
+        fprintf(stderr, "kiln serve: --max-stall-ms must be in [0, 3600000]\n");
+        return 2;
+    }
     if ((mb->seen && f.memory_budget <= 0) || (kb->seen && f.kv_budget <= 0)) {
         fprintf(stderr, "kiln serve: --memory-budget and --kv-budget must be > 0 (decimal GB)\n");
         return 2;

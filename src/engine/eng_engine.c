@@ -88,6 +88,8 @@ struct eng_engine {
     int32_t leases;            /* under mu: execution leases held; no step starts while > 0 */
     int in_step;               /* under mu: the engine thread is between admission and step end */
     eng_ssd *ssdw;             /* OWNED: SSD write-behind; NULL without a tier */
+    double s_per_token;        /* engine thread: EWMA of step seconds per token (steps of
+                                  >= ENG_MIN_PREFILL_SLICE tokens); 0 = not measured yet */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -105,7 +107,7 @@ eng_params eng_params_default(void)
 eng_engine_opts eng_engine_opts_default(void)
 {
     eng_engine_opts o = {
-        .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .prefix_cache = true,
+        .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .max_stall_s = 1.0, .prefix_cache = true,
         .ssd_writebehind = true, .ckpt_max_age_s = 86400};
     return o;
 }
@@ -671,6 +673,13 @@ static int32_t engine_plan(eng_engine *e)
 {
     int32_t budget = e->o.max_step_tokens, n = 0;
     for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && n > 0 && e->o.max_stall_s > 0 && e->s_per_token > 0) {
+            /* streams are decoding: prefill only what keeps this step near max_stall_s */
+            double fit = e->o.max_stall_s / e->s_per_token - (double)n;
+            int32_t cap = fit > (double)budget ? budget : (int32_t)fit;
+            if (cap < ENG_MIN_PREFILL_SLICE) cap = ENG_MIN_PREFILL_SLICE;
+            if (cap < budget) budget = cap;
+        }
         for (int32_t i = 0; i < e->n_running; i++) {
             eng_handle *h = e->running[i];
             int32_t pend = eng_seq_pending(h->seq);
@@ -733,10 +742,16 @@ static void engine_step(eng_engine *e)
                 }
         }
     }
+    double dt = plat_now() - t0;
+    if (!rc && toks >= ENG_MIN_PREFILL_SLICE) {
+        /* small steps are dominated by streaming the weights, not per-token work */
+        double r = dt / (double)toks;
+        e->s_per_token = e->s_per_token > 0 ? 0.7 * e->s_per_token + 0.3 * r : r;
+    }
     pthread_mutex_lock(&e->mu);
     e->stats.steps++;
     e->stats.step_tokens += (uint64_t)toks;
-    e->stats.busy_s += plat_now() - t0;
+    e->stats.busy_s += dt;
     pthread_mutex_unlock(&e->mu);
 }
 

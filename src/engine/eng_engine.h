@@ -79,10 +79,18 @@ typedef struct {
     kiln_err err;
 } eng_event;
 
+#define ENG_MIN_PREFILL_SLICE 16
+
 typedef struct {
     int32_t max_queue;        /* waiting requests before eng_submit says KILN_E_BUSY */
     int32_t max_step_tokens;  /* token budget per step (decode + prefill chunks) */
     int32_t prefill_chunk;    /* max prefill tokens of one sequence per step */
+    /* While some stream is decoding, the prefill tokens of one step are capped
+     * so the step takes about this long at the measured seconds per token
+     * (at least ENG_MIN_PREFILL_SLICE tokens): a long prompt never freezes the
+     * streams already running for a whole chunk. 0 = whole chunks. Results do
+     * not change (prefill is chunking-invariant); only the timing does. */
+    double max_stall_s;
     bool prefix_cache;        /* share KV blocks of common prefixes (default true) */
     /* --kv-budget: cap on the sum of running sequences' projected KV bytes
      * (eng_admit_seq_kv_bytes of n_prompt + max_tokens). A request whose

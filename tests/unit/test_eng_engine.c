@@ -59,6 +59,8 @@ static char dir[512];
 static int prefix_cache_on = 1;
 
 static uint64_t kv_budget; /* start(): --kv-budget bytes, 0 = none */
+static int32_t chunk = 16;  /* start(): prefill_chunk */
+static double max_stall_s;  /* start(): eng_engine_opts.max_stall_s */
 
 static eng_engine *start(int max_seqs, int max_queue)
 {
@@ -73,7 +75,8 @@ static eng_engine *start(int max_seqs, int max_queue)
     if (tok_load(dir, &tok, &err)) return NULL;
     eng_engine_opts eo = eng_engine_opts_default();
     eo.max_queue = max_queue;
-    eo.prefill_chunk = 16;
+    eo.prefill_chunk = chunk;
+    eo.max_stall_s = max_stall_s;
     eo.prefix_cache = prefix_cache_on;
     eo.kv_budget_bytes = kv_budget;
     eo.kv_bytes_per_token = 1280; /* stories260K: 5 layers x K,V x 4 heads x 8 x f32 */
@@ -399,6 +402,59 @@ static void test_lease_holds_steps_until_released(void)
     eng_handle_release(h);
 }
 
+
+/* Steps the engine ran while a 200-token prompt prefilled beside a decoding
+ * stream; its greedy token goes to *tok_out. */
+static int64_t steps_for_long_prompt_beside_a_stream(eng_engine *e, int32_t *tok_out)
+{
+    kiln_err err;
+    static int32_t longp[200];
+    for (int i = 0; i < 200; i++) longp[i] = i == 0 ? 1 : 260 + (i * 37) % 240;
+    eng_params a = params(prompt_a, 5, 300, 0.0f, 0);
+    a.ignore_eos = true;
+    eng_handle *ha, *hb;
+    if (eng_submit(e, &a, &ha, &err)) return -1;
+    eng_event ev;
+    if (eng_handle_next(ha, &ev, 60000) != 0) return -1; /* a is decoding now */
+    eng_event_clear(&ev);
+    uint64_t s0 = eng_get_stats(e).steps;
+    eng_params b = params(longp, 200, 1, 0.0f, 0);
+    if (eng_submit(e, &b, &hb, &err)) return -1;
+    collected cb;
+    collect(hb, &cb);
+    eng_handle_release(hb);
+    uint64_t s1 = eng_get_stats(e).steps;
+    eng_handle_release(ha); /* cancels a */
+    *tok_out = cb.n_toks == 1 ? cb.toks[0] : -1;
+    return (int64_t)(s1 - s0);
+}
+
+static void test_prefill_beside_streams_is_sliced_by_time(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    /* whole chunks: 200 tokens go in steps of up to 64 (the step budget) */
+    chunk = 256;
+    max_stall_s = 0;
+    eng_engine *e = start(4, 16);
+    ASSERT_TRUE(e != NULL);
+    int32_t t_whole, t_sliced;
+    int64_t whole = steps_for_long_prompt_beside_a_stream(e, &t_whole);
+    stop_all(e);
+    /* a 1 ns stall target: every step after the first measured one prefills
+     * ENG_MIN_PREFILL_SLICE tokens */
+    max_stall_s = 1e-9;
+    e = start(4, 16);
+    ASSERT_TRUE(e != NULL);
+    int64_t sliced = steps_for_long_prompt_beside_a_stream(e, &t_sliced);
+    stop_all(e);
+    chunk = 16;
+    max_stall_s = 0;
+    ASSERT_TRUE(whole > 0 && whole <= 6);
+    ASSERT_TRUE(sliced >= 1 + (200 - 64) / ENG_MIN_PREFILL_SLICE);
+    ASSERT_TRUE(t_whole >= 0);
+    ASSERT_EQ_I64(t_whole, t_sliced); /* same result, other timing */
+}
+
 int main(void)
 {
     RUN(test_concurrent_requests_equal_each_alone);
@@ -411,5 +467,6 @@ int main(void)
     RUN(test_invalid_requests_are_refused);
     RUN(test_kv_budget_queues_fifo_without_overtaking);
     RUN(test_lease_holds_steps_until_released);
+    RUN(test_prefill_beside_streams_is_sliced_by_time);
     return TEST_DONE();
 }
