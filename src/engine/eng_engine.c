@@ -525,13 +525,21 @@ static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample
 
 /* ---------------------------------------------------------------- scheduling */
 
-static void running_remove(eng_engine *e, int32_t i)
+/* Drops running[i], whose projection was proj, without touching the handle
+ * (it may be freed already: req_finish drops the engine's reference). */
+static void running_drop(eng_engine *e, int32_t i, uint64_t proj)
 {
-    KILN_ASSERT(e->kv_running >= e->running[i]->kv_proj);
-    e->kv_running -= e->running[i]->kv_proj;
-    e->running[i]->kv_proj = 0;
+    KILN_ASSERT(e->kv_running >= proj);
+    e->kv_running -= proj;
     memmove(&e->running[i], &e->running[i + 1], sizeof *e->running * (size_t)(e->n_running - i - 1));
     e->n_running--;
+}
+
+static void running_remove(eng_engine *e, int32_t i)
+{
+    uint64_t proj = e->running[i]->kv_proj;
+    e->running[i]->kv_proj = 0;
+    running_drop(e, i, proj);
 }
 
 static int32_t blocks_for(const eng_engine *e, int32_t tokens)
@@ -734,13 +742,11 @@ static void engine_step(eng_engine *e)
         eng_sample_out so;
         int32_t tok = eng_sample_row(&h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens,
                                      &h->rng, e->rt->sample_scratch, &so);
-        if (req_token(e, h, tok, &so)) {
-            for (int32_t i = 0; i < e->n_running; i++)
-                if (e->running[i] == h) {
-                    running_remove(e, i);
-                    break;
-                }
-        }
+        int32_t at = -1;
+        for (int32_t i = 0; i < e->n_running && at < 0; i++)
+            if (e->running[i] == h) at = i;
+        uint64_t proj = h->kv_proj;
+        if (req_token(e, h, tok, &so) && at >= 0) running_drop(e, at, proj); /* h may be gone */
     }
     double dt = plat_now() - t0;
     if (!rc && toks >= ENG_MIN_PREFILL_SLICE) {
