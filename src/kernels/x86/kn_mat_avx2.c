@@ -22,11 +22,13 @@
  * in ascending order, then hsum8 + the bias term as above. Decode and prefill
  * both run qdot() per (token, 4-row tile), so they agree bit for bit.
  *
- * Two drivers produce these exact values: decode (n == 1) dequantizes on the
- * fly for 4 rows at a time; prefill (n > 1) dequantizes a 16-row × KC-column
- * slab once into a buffer and runs a 4-row × 3-token register tile over it for
- * a block of tokens, carrying the accumulators across slabs in memory (a
- * store and reload changes no bits).
+ * Drivers that produce these exact values: decode (n == 1) dequantizes on the
+ * fly for 4 rows at a time; prefill (n > 1, pf_rows) converts a slab of up to
+ * 16 whole rows (≤ 128 KiB of f32, L2) once per block of 64 tokens and runs
+ * 4-row × 3-token register tiles over whole rows, accumulators in registers;
+ * rows wider than 8192 and 4-bit f32-path matrices keep the older column-slab
+ * driver (pf_float / pf_q: 16 rows × KC columns, accumulators carried across
+ * slabs in memory — a store and reload changes no bits).
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -331,13 +333,14 @@ static void slab_tiles(const float *const *wp, const float *const *xp, int64_t n
 
 /* Slab of w̃ for rows [r, r+nr), columns [kb, kb+kc) of an affine matrix, in
  * the chunk order decode uses (4-bit: permuted pairs). */
-AI void deq_slab_q(const kn_mat *W, int64_t r, int nr, int64_t kb, int64_t kc, float *buf, const int bits)
+AI void deq_slab_q(const kn_mat *W, int64_t r, int nr, int64_t kb, int64_t kc, float *buf,
+                   int64_t stride, const int bits)
 {
     const int64_t cols = W->cols, gs = W->group, ng = cols / gs, nck = gs / 8;
     const int64_t rs = cols * bits / 8, gbytes = gs * bits / 8;
     for (int i = 0; i < nr; i++) {
         const uint8_t *row = (const uint8_t *)W->w + (r + i) * rs;
-        float *o = buf + (int64_t)i * KC;
+        float *o = buf + (int64_t)i * stride;
         for (int64_t c0 = kb; c0 < kb + kc; c0 += gs) {
             int64_t g = c0 / gs;
             __m256 s = _mm256_set1_ps(ld_sf(W->scales, W->sfmt, (r + i) * ng + g));
@@ -388,7 +391,7 @@ AI void pf_q(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, i
             for (int i = 0; i < nr * TB_MAX; i++) accm[i] = _mm256_setzero_ps();
             for (int64_t kb = 0; kb < cols; kb += KC) {
                 int64_t kc = cols - kb < KC ? cols - kb : KC;
-                deq_slab_q(W, rb, nr, kb, kc, wbuf, bits);
+                deq_slab_q(W, rb, nr, kb, kc, wbuf, KC, bits);
                 for (int j = 0; j < nt; j++) {
                     const float *xs = x + (t0 + j) * cols + kb;
                     if (bits == 4) {
@@ -639,6 +642,139 @@ static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
     }
 }
 
+/* ---------------------------------------------------------------- prefill, whole-row tiles */
+
+/* The float-accumulator prefill used for every format except the int16 path:
+ * per block of PT_MAX tokens and per slab of rows (as many as fit PW_FLOATS
+ * converted f32 weights, at most 16), the slab is converted once (a
+ * contiguous per-row read the hardware prefetcher follows), then 4-row ×
+ * 3-token register tiles run over the whole row with the accumulators in
+ * registers: the same chunk-ascending fma sequence per (t, r) as decode, so
+ * the result is bitwise the decode result. The converted slab (≤ 128 KiB)
+ * stays in L2 while every token group of the block passes over it; the
+ * weights are read from memory once per PT_MAX tokens. */
+#define PW_FLOATS (4 * (8192 + 16)) /* converted weights per thread: 4 rows of 8192 */
+#define PW_PAD 16 /* floats between slab rows: rows 8 KiB apart would alias in L1 */
+#define PT_MAX 64
+#define PX_SUMS 16384 /* group sums of one token block */
+
+static _Thread_local float pw_buf[PW_FLOATS] __attribute__((aligned(64)));
+static _Thread_local float px_sum[PX_SUMS];
+
+/* out[i][j] = hsum8 of the chunk-ascending fma over c8 columns of weight
+ * rows w + i·ws and x rows xp[j]. */
+AI void ktile(const float *w, int64_t ws, const float *const *xp, int64_t c8, float *out,
+              const int R, const int T)
+{
+    __m256 a[4][3];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++)
+            a[i][j] = _mm256_setzero_ps();
+    const float *x0 = xp[0], *x1 = T > 1 ? xp[1] : xp[0], *x2 = T > 2 ? xp[2] : xp[0];
+    for (int64_t c = 0; c < c8; c += 8) {
+        __m256 xv[3];
+        xv[0] = _mm256_loadu_ps(x0 + c);
+        if (T > 1) xv[1] = _mm256_loadu_ps(x1 + c);
+        if (T > 2) xv[2] = _mm256_loadu_ps(x2 + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            __m256 wv = _mm256_load_ps(w + i * ws + c);
+#pragma GCC unroll 3
+            for (int j = 0; j < T; j++)
+                a[i][j] = _mm256_fmadd_ps(wv, xv[j], a[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++)
+            out[i * 3 + j] = kn_hsum256(a[i][j]);
+}
+
+#define KTILE_FN(R, T)                                                                             \
+    static void ktile_##R##x##T(const float *w, int64_t ws, const float *const *xp, int64_t c8,    \
+                                float *out)                                                        \
+    {                                                                                              \
+        ktile(w, ws, xp, c8, out, R, T);                                                           \
+    }
+KTILE_FN(4, 3)
+KTILE_FN(4, 2)
+KTILE_FN(4, 1)
+KTILE_FN(1, 3)
+KTILE_FN(1, 2)
+KTILE_FN(1, 1)
+typedef void (*ktile_fn)(const float *, int64_t, const float *const *, int64_t, float *);
+static const ktile_fn ktiles[5][4] = {
+    [4] = {NULL, ktile_4x1, ktile_4x2, ktile_4x3}, [1] = {NULL, ktile_1x1, ktile_1x2, ktile_1x3}};
+
+/* Rows per converted slab for this width (a multiple of 4, at most 16); 0 if
+ * even 4 rows do not fit (very wide matrices keep the column-slab driver). */
+static int64_t pw_stride(int64_t cols)
+{
+    return ((cols + 7) & ~(int64_t)7) + PW_PAD; /* 32-byte aligned rows */
+}
+static int64_t pw_rows(int64_t cols)
+{
+    int64_t rb = PW_FLOATS / pw_stride(cols) & ~(int64_t)3;
+    return rb > 16 ? 16 : rb;
+}
+
+/* bits == 0: float format fmt; else an affine matrix (not 4-bit: its permuted
+ * chunk pairs keep pf_q). Caller checks pw_rows(cols) > 0. */
+AI void pf_rows(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1,
+                const kn_fmt fmt, const int bits)
+{
+    const int64_t cols = W->cols, rows = W->rows, ws = pw_stride(cols);
+    const int64_t c8 = bits ? cols : cols & ~(int64_t)7,
+                  rs = bits ? cols * bits / 8 : cols * esize(fmt);
+    const int64_t gs = bits ? W->group : 1, ng = bits ? cols / gs : 0, rbn = pw_rows(cols);
+    int64_t tb = PT_MAX;
+    while (bits && tb > 1 && tb * ng > PX_SUMS)
+        tb /= 2;
+    for (int64_t t0 = 0; t0 < n; t0 += tb) {
+        const int nt = (int)(n - t0 < tb ? n - t0 : tb);
+        if (bits)
+            for (int j = 0; j < nt; j++)
+                group_sums(x + (t0 + j) * cols, cols, gs, px_sum + j * ng);
+        for (int64_t rb = r0; rb < r1; rb += rbn) {
+            const int nr = (int)(r1 - rb < rbn ? r1 - rb : rbn);
+            if (bits) {
+                deq_slab_q(W, rb, nr, 0, cols, pw_buf, ws, bits);
+            } else {
+                for (int i = 0; i < nr; i++) {
+                    const uint8_t *row = (const uint8_t *)W->w + (rb + i) * rs;
+                    for (int64_t c = 0; c < c8; c += 8)
+                        _mm256_store_ps(pw_buf + i * ws + c, ld_w(row, c, fmt));
+                }
+            }
+            for (int j = 0; j < nt; j += 3) {
+                const int T = nt - j >= 3 ? 3 : nt - j;
+                const float *xp[3];
+                for (int jj = 0; jj < T; jj++)
+                    xp[jj] = x + (t0 + j + jj) * cols;
+                for (int i = 0; i < nr; i += (nr - i >= 4 ? 4 : 1)) {
+                    const int R = nr - i >= 4 ? 4 : 1;
+                    float out[12];
+                    ktiles[R][T](pw_buf + i * ws, ws, xp, c8, out);
+                    for (int ii = 0; ii < R; ii++) {
+                        const int64_t r = rb + i + ii;
+                        for (int jj = 0; jj < T; jj++) {
+                            const int64_t t = t0 + j + jj;
+                            float tail = bits ? bias_dot(W->biases, W->sfmt, r * ng,
+                                                         px_sum + (j + jj) * ng, ng)
+                                              : float_tail((const uint8_t *)W->w + r * rs, fmt,
+                                                           x + t * cols, c8, cols);
+                            y[t * rows + r] = out[ii * 3 + jj] + tail;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- entry points */
 
 /* 4 rows at a time (8 made gcc spill accumulators), then single rows. */
@@ -654,6 +790,8 @@ static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
     {                                                                                              \
         if (n == 1)                                                                                \
             DEC_ROWS(dec_float(W, x, y, r, 4, fmt), dec_float(W, x, y, r, 1, fmt));                \
+        else if (pw_rows(W->cols) > 0)                                                             \
+            pf_rows(W, x, n, y, r0, r1, fmt, 0);                                                   \
         else                                                                                       \
             pf_float(W, x, n, y, r0, r1, fmt);                                                     \
     }
@@ -671,10 +809,12 @@ DEF_FLOAT(mm_bf16, KN_BF16)
             float xsum[XSUM_MAX];                                                                  \
             KILN_ASSERT(W->cols / W->group <= XSUM_MAX);                                           \
             group_sums(x, W->cols, W->group, xsum);                                                \
-            DEC_ROWS(r + 4 < W->rows ? dec_q(W, x, xsum, y, r, 4, b, 1)                          \
-                                     : dec_q(W, x, xsum, y, r, 4, b, 0),                          \
-                     r + 1 < W->rows ? dec_q(W, x, xsum, y, r, 1, b, 1)                           \
-                                     : dec_q(W, x, xsum, y, r, 1, b, 0));                         \
+            DEC_ROWS(r + 4 < W->rows ? dec_q(W, x, xsum, y, r, 4, b, 1)                            \
+                                     : dec_q(W, x, xsum, y, r, 4, b, 0),                           \
+                     r + 1 < W->rows ? dec_q(W, x, xsum, y, r, 1, b, 1)                            \
+                                     : dec_q(W, x, xsum, y, r, 1, b, 0));                          \
+        } else if (b != 4 && pw_rows(W->cols) > 0) {                                               \
+            pf_rows(W, x, n, y, r0, r1, KN_F32, b);                                                \
         } else {                                                                                   \
             pf_q(W, x, n, y, r0, r1, b);                                                           \
         }                                                                                          \
