@@ -3,7 +3,8 @@
  * streaming-read memory bandwidth probe (1 GiB, kn_dot over pages, pool threads). Prints one
  * key=value line per configuration; never passes or fails on time.
  *
- *   bench_matmul [--quick] [--cold] [--isa ref|avx2|auto] [--threads N] [--reps N] [--fmt NAME]
+ *   bench_matmul [--quick] [--cold] [--no-membw] [--isa ref|avx2|auto] [--threads N] [--reps N]
+ * [--fmt NAME]
  *                [--m ROWS] [--k COLS] [--n TOKENS[,TOKENS...]]
  *   --cold cycles through enough copies of the matrix (>= 256 MiB) that each
  *   call streams its weights from DRAM, as decode does; without it a small
@@ -123,7 +124,7 @@ static int parse_list(const char *s, int64_t *out, int max)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, threads = 2, cold = 0, reps_min = 3;
+    int quick = 0, threads = 2, cold = 0, reps_min = 3, no_membw = 0;
     int64_t only_m = 0, only_k = 0, ns[8] = {1, 64};
     int n_ns = 2;
     const char *isa = "auto", *only = NULL;
@@ -131,6 +132,8 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--cold") == 0)
             cold = 1;
+        else if (strcmp(argv[i], "--no-membw") == 0)
+            no_membw = 1;
         else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa = argv[++i];
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
@@ -143,7 +146,8 @@ int main(int argc, char **argv)
             n_ns = parse_list(argv[++i], ns, 8);
         else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--cold] [--isa ref|avx2|auto] [--threads N] [--reps N]\n"
+                    "usage: %s [--quick] [--cold] [--no-membw] [--isa ref|avx2|auto] [--threads N] "
+                    "[--reps N]\n"
                     "          [--fmt NAME] [--m ROWS] [--k COLS] [--n TOKENS[,TOKENS...]]\n",
                     argv[0]);
             return 2;
@@ -160,8 +164,10 @@ int main(int argc, char **argv)
         return 1;
     }
     size_t bw_bytes = quick ? ((size_t)64 << 20) : ((size_t)1 << 30);
-    double bw = membw(pool, bw_bytes, quick ? 2 : 5);
-    printf("bench=membw threads=%d gib=%.3f gbps=%.2f\n", threads, (double)bw_bytes / (1 << 30), bw);
+    double bw = no_membw ? 0 : membw(pool, bw_bytes, quick ? 2 : 5);
+    if (!no_membw)
+        printf("bench=membw threads=%d gib=%.3f gbps=%.2f\n", threads, (double)bw_bytes / (1 << 30),
+               bw);
     fflush(stdout);
 
     static const fmt_case fmts[] = {{"f32", KN_F32, 0},     {"bf16", KN_BF16, 0}, {"f16", KN_F16, 0},

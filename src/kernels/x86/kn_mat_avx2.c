@@ -464,9 +464,6 @@ typedef struct {
     float *d, *xsum;
 } qx_tok;
 
-#define QX_TB 16 /* prefill tokens quantized at a time (at most) */
-#define QX_SLOTS 65536 /* int16 q per call (2 per column per token): 128 KiB of stack */
-
 static void qx_make(const float *x, int64_t cols, int64_t gs, const int bits, qx_tok *o)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -515,130 +512,209 @@ AI __m256 qx_scale(const void *sc, kn_fmt sf, int64_t off, int64_t b, float d, c
     return _mm256_set1_ps(ld_sf(sc, sf, off + (gs == 64 ? b : b / 2)) * d);
 }
 
-/* R rows × T tokens: y[t][r+i] for the kn_qx_ok math. facc per (i, j) gets
- * fma(cvt(int32 block sum), s_g·d_b, facc) for blocks in ascending order,
- * then hsum8 + bias_dot: one fixed order per (t, r), whatever R, T, n. */
-AI void qdot(const kn_mat *W, const qx_tok *xt, float *const *yt, int64_t r, const int R, const int T,
-             const int bits, const int64_t gs, const int pf_on)
+/* sd[b] = s_g(b)·d_b for the nb blocks of one row (gs 64 or 128). */
+static void qx_sd(const void *sc, kn_fmt sf, int64_t off, const float *d, int64_t nb, int64_t gs,
+                  float *sd)
+{
+    int64_t b = 0;
+    if (gs == 64)
+        for (; b + 8 <= nb; b += 8)
+            _mm256_store_ps(sd + b, _mm256_mul_ps(ld_sf8(sc, sf, off + b), _mm256_loadu_ps(d + b)));
+    for (; b < nb; b++)
+        sd[b] = ld_sf(sc, sf, off + (gs == 64 ? b : b / 2)) * d[b];
+}
+
+/* R rows × 1 token: y[r+i] for the kn_qx_ok math. facc per row gets
+ * fma(fma(cvt(Σlo), 2^-15, cvt(Σhi)), s_g·d_b, facc) for blocks in ascending
+ * order, then hsum8 + bias_dot: one fixed order per (t, r), whatever R or n.
+ * Σhi and Σlo are exact int32, so the order of their madd terms is free: each
+ * is added as soon as it is made, which keeps ~10 registers live (building
+ * all eight products first spilled the accumulators). */
+AI void qdot(const kn_mat *W, const qx_tok *xt, float *yr, int64_t r, const int R, const int bits,
+             const int64_t gs, const int pf_on)
 {
     const int64_t cols = W->cols, ng = cols / gs, nb = cols / KN_QX_BLOCK, rs = cols * bits / 8;
     const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
     const kn_fmt sf = W->sfmt;
-    __m256 acc[4][2];
+    __m256 acc[4];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
-#pragma GCC unroll 2
-        for (int j = 0; j < T; j++) acc[i][j] = _mm256_setzero_ps();
+        acc[i] = _mm256_setzero_ps();
     const uintptr_t pf = (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs);
     const int64_t bb = KN_QX_BLOCK * bits / 8; /* bytes per block per row */
     const __m256i lo_mask = _mm256_set1_epi16(bits == 4 ? 0xF : 0xFF);
+    const __m256 lo_w = _mm256_set1_ps(1.0f / 32768);
+    /* s_g·d_b per row and block, made 8 at a time up front (the same f32
+     * products the per-block scalar path makes); gs == 32 splits each block
+     * over two groups and keeps qx_scale */
+    float sd[4][KN_QX_MAX_COLS / KN_QX_BLOCK] __attribute__((aligned(32)));
+    if (gs != 32)
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            qx_sd(W->scales, sf, (r + i) * ng, xt->d, nb, gs, sd[i]);
     for (int64_t b = 0; b < nb; b++) {
         if (pf_on)
             for (int64_t o = 0; o < R * bb; o += 64)
                 _mm_prefetch((const char *)(pf + (uintptr_t)(b * R * bb + o)), _MM_HINT_T0);
+        const __m256i *q = (const __m256i *)(xt->q + b * 2 * KN_QX_BLOCK);
+        const float d = xt->d[b];
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
             const uint8_t *wp = w0 + i * rs + b * bb;
-            __m256i c[4];
+            const int64_t off = (r + i) * ng;
             if (bits == 4) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)wp);
-                c[0] = _mm256_and_si256(v, lo_mask);
-                c[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo_mask);
-                c[2] = _mm256_and_si256(_mm256_srli_epi16(v, 8), lo_mask);
-                c[3] = _mm256_srli_epi16(v, 12);
+                __m256i c = _mm256_and_si256(v, lo_mask);
+                __m256i hi = _mm256_madd_epi16(c, _mm256_load_si256(q + 0));
+                __m256i lo = _mm256_madd_epi16(c, _mm256_load_si256(q + 4));
+                c = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo_mask);
+                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(c, _mm256_load_si256(q + 1)));
+                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(c, _mm256_load_si256(q + 5)));
+                c = _mm256_and_si256(_mm256_srli_epi16(v, 8), lo_mask);
+                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(c, _mm256_load_si256(q + 2)));
+                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(c, _mm256_load_si256(q + 6)));
+                c = _mm256_srli_epi16(v, 12);
+                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(c, _mm256_load_si256(q + 3)));
+                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(c, _mm256_load_si256(q + 7)));
+                __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), lo_w, _mm256_cvtepi32_ps(hi));
+                __m256 sv = gs == 32 ? qx_scale(W->scales, sf, off, b, d, gs)
+                                     : _mm256_broadcast_ss(&sd[i][b]);
+                acc[i] = _mm256_fmadd_ps(f, sv, acc[i]);
             } else {
+                /* 8-bit (KN_QX_BITS8): lanes of each half hold one group when gs == 32 */
                 __m256i va = _mm256_loadu_si256((const __m256i *)wp),
                         vb = _mm256_loadu_si256((const __m256i *)(wp + 32));
-                c[0] = _mm256_and_si256(va, lo_mask);
-                c[1] = _mm256_srli_epi16(va, 8);
-                c[2] = _mm256_and_si256(vb, lo_mask);
-                c[3] = _mm256_srli_epi16(vb, 8);
-            }
-#pragma GCC unroll 2
-            for (int j = 0; j < T; j++) {
-                const int16_t *q = xt[j].q + b * 2 * KN_QX_BLOCK;
-                __m256i m[2][4];
-#pragma GCC unroll 2
-                for (int l = 0; l < 2; l++)
-#pragma GCC unroll 4
-                    for (int k = 0; k < 4; k++)
-                        m[l][k] = _mm256_madd_epi16(c[k], _mm256_loadu_si256((const __m256i *)(q + 64 * l + 16 * k)));
-                const int64_t off = (r + i) * ng;
-                const __m256 lo_w = _mm256_set1_ps(1.0f / 32768);
-                if (bits == 8 && gs == 32) { /* halves are separate groups */
-                    __m256 s0 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b) * xt[j].d[b]);
-                    __m256 s1 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b + 1) * xt[j].d[b]);
-                    __m256 f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(m[1][0], m[1][1])), lo_w,
-                                                _mm256_cvtepi32_ps(_mm256_add_epi32(m[0][0], m[0][1])));
-                    __m256 f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(m[1][2], m[1][3])), lo_w,
-                                                _mm256_cvtepi32_ps(_mm256_add_epi32(m[0][2], m[0][3])));
-                    acc[i][j] = _mm256_fmadd_ps(f0, s0, acc[i][j]);
-                    acc[i][j] = _mm256_fmadd_ps(f1, s1, acc[i][j]);
+                __m256i c0 = _mm256_and_si256(va, lo_mask), c1 = _mm256_srli_epi16(va, 8);
+                __m256i c2 = _mm256_and_si256(vb, lo_mask), c3 = _mm256_srli_epi16(vb, 8);
+                __m256i h0 = _mm256_add_epi32(_mm256_madd_epi16(c0, _mm256_load_si256(q + 0)),
+                                              _mm256_madd_epi16(c1, _mm256_load_si256(q + 1)));
+                __m256i l0 = _mm256_add_epi32(_mm256_madd_epi16(c0, _mm256_load_si256(q + 4)),
+                                              _mm256_madd_epi16(c1, _mm256_load_si256(q + 5)));
+                __m256i h1 = _mm256_add_epi32(_mm256_madd_epi16(c2, _mm256_load_si256(q + 2)),
+                                              _mm256_madd_epi16(c3, _mm256_load_si256(q + 3)));
+                __m256i l1 = _mm256_add_epi32(_mm256_madd_epi16(c2, _mm256_load_si256(q + 6)),
+                                              _mm256_madd_epi16(c3, _mm256_load_si256(q + 7)));
+                if (gs == 32) { /* halves are separate groups */
+                    __m256 s0 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b) * d);
+                    __m256 s1 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b + 1) * d);
+                    __m256 f0 =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), lo_w, _mm256_cvtepi32_ps(h0));
+                    __m256 f1 =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), lo_w, _mm256_cvtepi32_ps(h1));
+                    acc[i] = _mm256_fmadd_ps(f0, s0, acc[i]);
+                    acc[i] = _mm256_fmadd_ps(f1, s1, acc[i]);
                 } else {
-                    __m256i hi = _mm256_add_epi32(_mm256_add_epi32(m[0][0], m[0][1]), _mm256_add_epi32(m[0][2], m[0][3]));
-                    __m256i lo = _mm256_add_epi32(_mm256_add_epi32(m[1][0], m[1][1]), _mm256_add_epi32(m[1][2], m[1][3]));
-                    __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), lo_w, _mm256_cvtepi32_ps(hi));
-                    __m256 sv = bits == 8 ? _mm256_set1_ps(ld_sf(W->scales, sf, off + (gs == 64 ? b : b / 2)) *
-                                                           xt[j].d[b])
-                                          : qx_scale(W->scales, sf, off, b, xt[j].d[b], gs);
-                    acc[i][j] = _mm256_fmadd_ps(f, sv, acc[i][j]);
+                    __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(l0, l1)), lo_w,
+                                               _mm256_cvtepi32_ps(_mm256_add_epi32(h0, h1)));
+                    acc[i] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(&sd[i][b]), acc[i]);
                 }
             }
         }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
-#pragma GCC unroll 2
-        for (int j = 0; j < T; j++)
-            yt[j][r + i] = kn_hsum256(acc[i][j]) + bias_dot(W->biases, sf, (r + i) * ng, xt[j].xsum, ng);
+        yr[r + i] = kn_hsum256(acc[i]) + bias_dot(W->biases, sf, (r + i) * ng, xt->xsum, ng);
 }
 
-#define QDOT_FN(R, T)                                                                              \
-    static void qdot##R##x##T(const kn_mat *W, const qx_tok *xt, float *const *yt, int64_t r, int pf) \
+/* qdot<R>_<pf>: bits and group size as constants. */
+#define QDOT_FN(R, PF)                                                                             \
+    static void qdot##R##_##PF(const kn_mat *W, const qx_tok *xt, float *yr, int64_t r)            \
     {                                                                                              \
-        const int bits = W->bits;                                                                  \
         const int64_t gs = W->group;                                                               \
-        if (bits == 4) {                                                                           \
-            if (gs == 64) qdot(W, xt, yt, r, R, T, 4, 64, pf);                                     \
-            else if (gs == 32) qdot(W, xt, yt, r, R, T, 4, 32, pf);                                \
-            else qdot(W, xt, yt, r, R, T, 4, 128, pf);                                             \
+        if (W->bits == 4) {                                                                        \
+            if (gs == 64)                                                                          \
+                qdot(W, xt, yr, r, R, 4, 64, PF);                                                  \
+            else if (gs == 32)                                                                     \
+                qdot(W, xt, yr, r, R, 4, 32, PF);                                                  \
+            else                                                                                   \
+                qdot(W, xt, yr, r, R, 4, 128, PF);                                                 \
         } else {                                                                                   \
-            if (gs == 64) qdot(W, xt, yt, r, R, T, 8, 64, pf);                                     \
-            else if (gs == 32) qdot(W, xt, yt, r, R, T, 8, 32, pf);                                \
-            else qdot(W, xt, yt, r, R, T, 8, 128, pf);                                             \
+            if (gs == 64)                                                                          \
+                qdot(W, xt, yr, r, R, 8, 64, PF);                                                  \
+            else if (gs == 32)                                                                     \
+                qdot(W, xt, yr, r, R, 8, 32, PF);                                                  \
+            else                                                                                   \
+                qdot(W, xt, yr, r, R, 8, 128, PF);                                                 \
         }                                                                                          \
     }
+QDOT_FN(4, 0)
+QDOT_FN(1, 0)
 QDOT_FN(4, 1)
 QDOT_FN(1, 1)
 
-static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+/* Prefill of the int16 path: the same qdot per (token, 4-row tile) as
+ * decode, ordered for reuse. Up to QP_TB tokens are quantized into a
+ * per-thread buffer; rows go in slabs of ~QP_SLAB bytes of packed weights
+ * (L1), and for each slab every token of the block passes over it (the
+ * token's q, 2·cols int16, stays in L1 across the slab's tiles), while the
+ * next slab is prefetched a slice per token. Weights are read from memory
+ * once per token block. */
+#define QP_SLOTS 262144 /* int16 q per thread (512 KiB) */
+#define QP_TB 64
+#define QP_SLAB 16384
+
+static _Thread_local int16_t qp_q[QP_SLOTS] __attribute__((aligned(64)));
+static _Thread_local float qp_d[QP_SLOTS / (2 * KN_QX_BLOCK)];
+static _Thread_local float qp_s[QP_SLOTS / (2 * 32)];
+
+static void mm_qx_prefill(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0,
+                          int64_t r1)
 {
     const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs, nbk = cols / KN_QX_BLOCK;
-    /* tokens per block so q fits the stack buffer */
-    int64_t tb = QX_SLOTS / (2 * cols);
-    if (tb > QX_TB) tb = QX_TB;
-    if (tb < 1) tb = 1;
-    int16_t qbuf[QX_SLOTS] __attribute__((aligned(32)));
-    float dbuf[QX_SLOTS / (2 * KN_QX_BLOCK)]; /* tb · blocks ≤ this */
-    float sbuf[QX_SLOTS / (2 * 32)];          /* tb · groups ≤ this (group ≥ 32) */
-    qx_tok xt[QX_TB];
+    const int64_t rs = cols * W->bits / 8;
+    int64_t tb = QP_SLOTS / (2 * cols);
+    if (tb > QP_TB) tb = QP_TB;
+    int64_t slab = QP_SLAB / rs & ~(int64_t)3;
+    if (slab < 4) slab = 4;
+    qx_tok xt[QP_TB];
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
-        int nt = (int)(n - t0 < tb ? n - t0 : tb);
+        const int nt = (int)(n - t0 < tb ? n - t0 : tb);
         for (int j = 0; j < nt; j++) {
-            xt[j] = (qx_tok){qbuf + j * 2 * cols, dbuf + j * nbk, sbuf + j * ng};
+            xt[j] = (qx_tok){qp_q + j * 2 * cols, qp_d + j * nbk, qp_s + j * ng};
             qx_make(x + (t0 + j) * cols, cols, gs, W->bits, &xt[j]);
         }
-        int pf = nt <= 2; /* decode-like: stream rows ahead */
-        int64_t r = r0;
-        for (; r < r1; r += (r1 - r >= 4 ? 4 : 1)) {
-            int R = r1 - r >= 4 ? 4 : 1;
-            /* token inner: the tile's rows stay in L1 (a 4-row × 2-token tile
-             * spilled registers and was slower) */
+        for (int64_t rb = r0; rb < r1; rb += slab) {
+            const int64_t re = r1 - rb < slab ? r1 : rb + slab;
+            /* the next slab, a slice per token (may pass r1: prefetch never faults) */
+            const char *nx = (const char *)W->w + re * rs;
+            const int64_t nxb = (re + slab < r1 ? slab : r1 - re) * rs,
+                          per = (nxb / nt + 63) & ~(int64_t)63;
             for (int j = 0; j < nt; j++) {
-                float *yt[1] = {y + (t0 + j) * rows};
-                (R == 4 ? qdot4x1 : qdot1x1)(W, xt + j, yt, r, pf);
+                for (int64_t o = j * per; o < (j + 1) * per && o < nxb; o += 64)
+                    _mm_prefetch(nx + o, _MM_HINT_T0);
+                float *yr = y + (t0 + j) * rows;
+                int64_t r = rb;
+                for (; r + 4 <= re; r += 4)
+                    qdot4_0(W, xt + j, yr, r);
+                for (; r < re; r++)
+                    qdot1_0(W, xt + j, yr, r);
             }
         }
+    }
+}
+
+static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs,
+                  nbk = cols / KN_QX_BLOCK;
+    if (n > 2) {
+        mm_qx_prefill(W, x, n, y, r0, r1);
+        return;
+    }
+    int16_t qbuf[2 * 2 * KN_QX_MAX_COLS] __attribute__((aligned(32)));
+    float dbuf[2 * KN_QX_MAX_COLS / KN_QX_BLOCK];
+    float sbuf[2 * KN_QX_MAX_COLS / 32];
+    qx_tok xt[2];
+    for (int j = 0; j < n; j++) {
+        xt[j] = (qx_tok){qbuf + j * 2 * cols, dbuf + j * nbk, sbuf + j * ng};
+        qx_make(x + j * cols, cols, gs, W->bits, &xt[j]);
+    }
+    /* decode: stream rows ahead (prefetch on); token inner, the tile's rows stay in L1 */
+    int64_t r = r0;
+    for (; r < r1; r += (r1 - r >= 4 ? 4 : 1)) {
+        int R = r1 - r >= 4 ? 4 : 1;
+        for (int j = 0; j < n; j++)
+            (R == 4 ? qdot4_1 : qdot1_1)(W, xt + j, y + j * rows, r);
     }
 }
 
