@@ -616,6 +616,78 @@ AI void qdot(const kn_mat *W, const qx_tok *xt, float *yr, int64_t r, const int 
         yr[r + i] = kn_hsum256(acc[i]) + bias_dot(W->biases, sf, (r + i) * ng, xt->xsum, ng);
 }
 
+/* 4-bit, R rows × 2 tokens, no prefetch (prefill): per (row, token) exactly
+ * the qdot sequence (same int32 sums, same f32 ops in the same order), with
+ * each row's codes unpacked once for both tokens. */
+AI void qdot2(const kn_mat *W, const qx_tok *xt, float *y0, float *y1, int64_t r, const int R,
+              const int64_t gs)
+{
+    const int64_t cols = W->cols, ng = cols / gs, nb = cols / KN_QX_BLOCK, rs = cols / 2;
+    const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
+    const kn_fmt sf = W->sfmt;
+    __m256 a0[4], a1[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+        a0[i] = a1[i] = _mm256_setzero_ps();
+    const __m256i mask = _mm256_set1_epi16(0xF);
+    const __m256 lo_w = _mm256_set1_ps(1.0f / 32768);
+    float sd[2][4][KN_QX_MAX_COLS / KN_QX_BLOCK] __attribute__((aligned(32)));
+    if (gs != 32)
+        for (int j = 0; j < 2; j++)
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                qx_sd(W->scales, sf, (r + i) * ng, xt[j].d, nb, gs, sd[j][i]);
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i *q0 = (const __m256i *)(xt[0].q + b * 2 * KN_QX_BLOCK);
+        const __m256i *q1 = (const __m256i *)(xt[1].q + b * 2 * KN_QX_BLOCK);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w0 + i * rs + b * 32));
+            __m256i c = _mm256_and_si256(v, mask);
+            __m256i h0 = _mm256_madd_epi16(c, _mm256_load_si256(q0 + 0));
+            __m256i l0 = _mm256_madd_epi16(c, _mm256_load_si256(q0 + 4));
+            __m256i h1 = _mm256_madd_epi16(c, _mm256_load_si256(q1 + 0));
+            __m256i l1 = _mm256_madd_epi16(c, _mm256_load_si256(q1 + 4));
+#pragma GCC unroll 3
+            for (int k = 1; k < 4; k++) {
+                c = k == 3 ? _mm256_srli_epi16(v, 12)
+                           : _mm256_and_si256(_mm256_srli_epi16(v, 4 * k), mask);
+                h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(c, _mm256_load_si256(q0 + k)));
+                l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(c, _mm256_load_si256(q0 + 4 + k)));
+                h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(c, _mm256_load_si256(q1 + k)));
+                l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(c, _mm256_load_si256(q1 + 4 + k)));
+            }
+            __m256 f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), lo_w, _mm256_cvtepi32_ps(h0));
+            __m256 f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), lo_w, _mm256_cvtepi32_ps(h1));
+            const int64_t off = (r + i) * ng;
+            __m256 s0 = gs == 32 ? qx_scale(W->scales, sf, off, b, xt[0].d[b], gs)
+                                 : _mm256_broadcast_ss(&sd[0][i][b]);
+            __m256 s1 = gs == 32 ? qx_scale(W->scales, sf, off, b, xt[1].d[b], gs)
+                                 : _mm256_broadcast_ss(&sd[1][i][b]);
+            a0[i] = _mm256_fmadd_ps(f0, s0, a0[i]);
+            a1[i] = _mm256_fmadd_ps(f1, s1, a1[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        y0[r + i] = kn_hsum256(a0[i]) + bias_dot(W->biases, sf, (r + i) * ng, xt[0].xsum, ng);
+        y1[r + i] = kn_hsum256(a1[i]) + bias_dot(W->biases, sf, (r + i) * ng, xt[1].xsum, ng);
+    }
+}
+
+#define QDOT2_FN(R)                                                                                \
+    static void qdot2_##R(const kn_mat *W, const qx_tok *xt, float *y0, float *y1, int64_t r)      \
+    {                                                                                              \
+        if (W->group == 64)                                                                        \
+            qdot2(W, xt, y0, y1, r, R, 64);                                                        \
+        else if (W->group == 32)                                                                   \
+            qdot2(W, xt, y0, y1, r, R, 32);                                                        \
+        else                                                                                       \
+            qdot2(W, xt, y0, y1, r, R, 128);                                                       \
+    }
+QDOT2_FN(4)
+QDOT2_FN(1)
+
 /* qdot<R>_<pf>: bits and group size as constants. */
 #define QDOT_FN(R, PF)                                                                             \
     static void qdot##R##_##PF(const kn_mat *W, const qx_tok *xt, float *yr, int64_t r)            \
@@ -679,7 +751,18 @@ static void mm_qx_prefill(const kn_mat *W, const float *x, int64_t n, float *y, 
             const char *nx = (const char *)W->w + re * rs;
             const int64_t nxb = (re + slab < r1 ? slab : r1 - re) * rs,
                           per = (nxb / nt + 63) & ~(int64_t)63;
-            for (int j = 0; j < nt; j++) {
+            int j = 0;
+            for (; W->bits == 4 && j + 2 <= nt; j += 2) { /* token pairs share the unpack */
+                for (int64_t o = j * per; o < (j + 2) * per && o < nxb; o += 64)
+                    _mm_prefetch(nx + o, _MM_HINT_T0);
+                float *ya = y + (t0 + j) * rows, *yb = ya + rows;
+                int64_t r = rb;
+                for (; r + 4 <= re; r += 4)
+                    qdot2_4(W, xt + j, ya, yb, r);
+                for (; r < re; r++)
+                    qdot2_1(W, xt + j, ya, yb, r);
+            }
+            for (; j < nt; j++) {
                 for (int64_t o = j * per; o < (j + 1) * per && o < nxb; o += 64)
                     _mm_prefetch(nx + o, _MM_HINT_T0);
                 float *yr = y + (t0 + j) * rows;
