@@ -715,22 +715,27 @@ QDOT_FN(4, 1)
 QDOT_FN(1, 1)
 
 /* Prefill of the int16 path: the same qdot per (token, 4-row tile) as
- * decode, ordered for reuse. Up to QP_TB tokens are quantized into a
- * per-thread buffer; rows go in slabs of ~QP_SLAB bytes of packed weights
+ * decode, ordered for reuse. Up to QP_TB tokens are quantized into the
+ * caller's stack buffer (QP_SLOTS int16); rows go in slabs of ~QP_SLAB bytes of packed weights
  * (L1), and for each slab every token of the block passes over it (the
  * token's q, 2·cols int16, stays in L1 across the slab's tiles), while the
  * next slab is prefetched a slice per token. Weights are read from memory
  * once per token block. */
-#define QP_SLOTS 262144 /* int16 q per thread (512 KiB) */
+/* Scratch lives on the stack, not in _Thread_local arrays: glibc zeroes a
+ * thread's whole static TLS block at pthread_create (resident memory in every
+ * server thread) and refuses small explicit stacks. Pool threads have 4 MiB. */
+#define QP_SLOTS 131072 /* int16 q (256 KiB): 2 tokens of the widest matrix, 32 of 2048 */
 #define QP_TB 64
 #define QP_SLAB 16384
 
-static _Thread_local int16_t qp_q[QP_SLOTS] __attribute__((aligned(64)));
-static _Thread_local float qp_d[QP_SLOTS / (2 * KN_QX_BLOCK)];
-static _Thread_local float qp_s[QP_SLOTS / (2 * 32)];
+typedef struct {
+    int16_t q[QP_SLOTS] __attribute__((aligned(64)));
+    float d[QP_SLOTS / (2 * KN_QX_BLOCK)];
+    float s[QP_SLOTS / (2 * 32)];
+} qx_buf;
 
 static void mm_qx_prefill(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0,
-                          int64_t r1)
+                          int64_t r1, qx_buf *qb)
 {
     const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs, nbk = cols / KN_QX_BLOCK;
     const int64_t rs = cols * W->bits / 8;
@@ -742,7 +747,7 @@ static void mm_qx_prefill(const kn_mat *W, const float *x, int64_t n, float *y, 
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
         const int nt = (int)(n - t0 < tb ? n - t0 : tb);
         for (int j = 0; j < nt; j++) {
-            xt[j] = (qx_tok){qp_q + j * 2 * cols, qp_d + j * nbk, qp_s + j * ng};
+            xt[j] = (qx_tok){qb->q + j * 2 * cols, qb->d + j * nbk, qb->s + j * ng};
             qx_make(x + (t0 + j) * cols, cols, gs, W->bits, &xt[j]);
         }
         for (int64_t rb = r0; rb < r1; rb += slab) {
@@ -780,16 +785,14 @@ static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
 {
     const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs,
                   nbk = cols / KN_QX_BLOCK;
+    qx_buf qb;
     if (n > 2) {
-        mm_qx_prefill(W, x, n, y, r0, r1);
+        mm_qx_prefill(W, x, n, y, r0, r1, &qb);
         return;
     }
-    int16_t qbuf[2 * 2 * KN_QX_MAX_COLS] __attribute__((aligned(32)));
-    float dbuf[2 * KN_QX_MAX_COLS / KN_QX_BLOCK];
-    float sbuf[2 * KN_QX_MAX_COLS / 32];
     qx_tok xt[2];
-    for (int j = 0; j < n; j++) {
-        xt[j] = (qx_tok){qbuf + j * 2 * cols, dbuf + j * nbk, sbuf + j * ng};
+    for (int j = 0; j < n; j++) { /* 2 tokens fit: 2 · 2 · KN_QX_MAX_COLS = QP_SLOTS */
+        xt[j] = (qx_tok){qb.q + j * 2 * cols, qb.d + j * nbk, qb.s + j * ng};
         qx_make(x + j * cols, cols, gs, W->bits, &xt[j]);
     }
     /* decode: stream rows ahead (prefetch on); token inner, the tile's rows stay in L1 */
@@ -809,16 +812,13 @@ static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
  * contiguous per-row read the hardware prefetcher follows), then 4-row ×
  * 3-token register tiles run over the whole row with the accumulators in
  * registers: the same chunk-ascending fma sequence per (t, r) as decode, so
- * the result is bitwise the decode result. The converted slab (≤ 128 KiB)
- * stays in L2 while every token group of the block passes over it; the
- * weights are read from memory once per PT_MAX tokens. */
+ * the result is bitwise the decode result. The converted slab (≤ 128 KiB,
+ * on the stack: see QP_SLOTS on thread-local arrays) stays in L2 while every token group of the
+ * block passes over it; the weights are read from memory once per PT_MAX tokens. */
 #define PW_FLOATS (4 * (8192 + 16)) /* converted weights per thread: 4 rows of 8192 */
 #define PW_PAD 16 /* floats between slab rows: rows 8 KiB apart would alias in L1 */
 #define PT_MAX 64
-#define PX_SUMS 16384 /* group sums of one token block */
-
-static _Thread_local float pw_buf[PW_FLOATS] __attribute__((aligned(64)));
-static _Thread_local float px_sum[PX_SUMS];
+#define PX_SUMS 8192 /* group sums of one token block */
 
 /* out[i][j] = hsum8 of the chunk-ascending fma over c8 columns of weight
  * rows w + i·ws and x rows xp[j]. */
@@ -889,6 +889,7 @@ AI void pf_rows(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0
     const int64_t c8 = bits ? cols : cols & ~(int64_t)7,
                   rs = bits ? cols * bits / 8 : cols * esize(fmt);
     const int64_t gs = bits ? W->group : 1, ng = bits ? cols / gs : 0, rbn = pw_rows(cols);
+    float pw_buf[PW_FLOATS] __attribute__((aligned(64))), px_sum[PX_SUMS];
     int64_t tb = PT_MAX;
     while (bits && tb > 1 && tb * ng > PX_SUMS)
         tb /= 2;
