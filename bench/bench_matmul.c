@@ -1,9 +1,14 @@
 /*
  * bench_matmul.c — matmul throughput per format on Llama-3.2-1B shapes, plus a
- * streaming-read memory bandwidth probe (1 GiB, kn_dot over pages, pool threads). Prints one key=value line per
- * configuration; never passes or fails on time.
+ * streaming-read memory bandwidth probe (1 GiB, kn_dot over pages, pool threads). Prints one
+ * key=value line per configuration; never passes or fails on time.
  *
- *   bench_matmul [--quick] [--isa ref|avx2|auto] [--threads N] [--fmt NAME] [--m ROWS] [--n TOKENS]
+ *   bench_matmul [--quick] [--cold] [--no-membw] [--isa ref|avx2|auto] [--threads N] [--reps N]
+ * [--fmt NAME]
+ *                [--m ROWS] [--k COLS] [--n TOKENS[,TOKENS...]]
+ *   --cold cycles through enough copies of the matrix (>= 256 MiB) that each
+ *   call streams its weights from DRAM, as decode does; without it a small
+ *   matrix stays in L2/L3 and the figure is the kernel's compute rate.
  *   bench=membw threads=2 gib=1 gbps=...
  *   bench=matmul isa=avx2 fmt=q4 bits=4 group=64 m=2048 k=2048 n=1 gbps=... gflops=... roofline=...
  *     caller_cpu_ms=... (best CPU time of the calling thread; with --threads 1, the whole
@@ -104,20 +109,46 @@ static void fill_mat(kn_mat *m, void **w, void **s, void **b)
     m->w = *w;
 }
 
+/* Comma-separated integers into out[max]; returns the count. */
+static int parse_list(const char *s, int64_t *out, int max)
+{
+    int k = 0;
+    while (*s && k < max) {
+        char *end;
+        out[k++] = strtoll(s, &end, 10);
+        if (*end != ',') break;
+        s = end + 1;
+    }
+    return k;
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, threads = 2;
-    int64_t only_m = 0, only_n = 0;
+    int quick = 0, threads = 2, cold = 0, reps_min = 3, no_membw = 0;
+    int64_t only_m = 0, only_k = 0, ns[8] = {1, 64};
+    int n_ns = 2;
     const char *isa = "auto", *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--cold") == 0)
+            cold = 1;
+        else if (strcmp(argv[i], "--no-membw") == 0)
+            no_membw = 1;
         else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa = argv[++i];
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps_min = atoi(argv[++i]);
         else if (strcmp(argv[i], "--fmt") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--m") == 0 && i + 1 < argc) only_m = atoll(argv[++i]);
-        else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) only_n = atoll(argv[++i]);
+        else if (strcmp(argv[i], "--k") == 0 && i + 1 < argc)
+            only_k = atoll(argv[++i]);
+        else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
+            n_ns = parse_list(argv[++i], ns, 8);
         else {
-            fprintf(stderr, "usage: %s [--quick] [--isa ref|avx2|auto] [--threads N] [--fmt NAME] [--m ROWS] [--n TOKENS]\n",
+            fprintf(stderr,
+                    "usage: %s [--quick] [--cold] [--no-membw] [--isa ref|avx2|auto] [--threads N] "
+                    "[--reps N]\n"
+                    "          [--fmt NAME] [--m ROWS] [--k COLS] [--n TOKENS[,TOKENS...]]\n",
                     argv[0]);
             return 2;
         }
@@ -133,16 +164,19 @@ int main(int argc, char **argv)
         return 1;
     }
     size_t bw_bytes = quick ? ((size_t)64 << 20) : ((size_t)1 << 30);
-    double bw = membw(pool, bw_bytes, quick ? 2 : 5);
-    printf("bench=membw threads=%d gib=%.3f gbps=%.2f\n", threads, (double)bw_bytes / (1 << 30), bw);
+    double bw = no_membw ? 0 : membw(pool, bw_bytes, quick ? 2 : 5);
+    if (!no_membw)
+        printf("bench=membw threads=%d gib=%.3f gbps=%.2f\n", threads, (double)bw_bytes / (1 << 30),
+               bw);
     fflush(stdout);
 
     static const fmt_case fmts[] = {{"f32", KN_F32, 0},     {"bf16", KN_BF16, 0}, {"f16", KN_F16, 0},
                                     {"q8", KN_QAFFINE, 8},  {"q6", KN_QAFFINE, 6}, {"q5", KN_QAFFINE, 5},
                                     {"q4", KN_QAFFINE, 4},  {"q3", KN_QAFFINE, 3}, {"q2", KN_QAFFINE, 2}};
-    static const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
-    static const int64_t ns[] = {1, 64};
-    int n_shapes = quick ? 1 : 4;
+    /* Llama-3.2-1B: q/o, k/v, gate/up, down, lm_head ([rows = out, cols = in]) */
+    static const int64_t shapes[][2] = {
+        {2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
+    int n_shapes = quick ? 1 : 5;
     for (size_t f = 0; f < sizeof fmts / sizeof *fmts; f++) {
         if (only && strcmp(only, fmts[f].name) != 0) continue;
         for (int si = 0; si < n_shapes; si++) {
@@ -151,40 +185,51 @@ int main(int argc, char **argv)
             if (quick) m.rows = 256;
             if (m.fmt == KN_F32 && m.rows > 100000) continue; /* 1 GiB: skip */
             if (only_m && m.rows != only_m) continue;
-            void *w, *s, *b;
-            fill_mat(&m, &w, &s, &b);
-            for (size_t ni = 0; ni < 2; ni++) {
+            if (only_k && m.cols != only_k) continue;
+            /* --cold: enough copies (>= 256 MiB) that every call streams its
+             * weights from DRAM, as a decode step does (a 1B model is >> L3) */
+            double bytes = (double)kn_mat_bytes(&m);
+            int copies = cold ? (int)((256.0 * (1 << 20)) / bytes) + 1 : 1;
+            if (copies > 256) copies = 256;
+            kn_mat *mc = malloc(sizeof *mc * (size_t)copies);
+            void **bufs = malloc(sizeof *bufs * 3 * (size_t)copies);
+            for (int c = 0; c < copies; c++) {
+                mc[c] = m;
+                fill_mat(&mc[c], &bufs[3 * c], &bufs[3 * c + 1], &bufs[3 * c + 2]);
+            }
+            for (int ni = 0; ni < n_ns; ni++) {
                 int64_t n = ns[ni];
-                if (only_n && n != only_n) continue;
                 if (quick && n > 8) n = 8;
                 float *x = malloc((size_t)(n * m.cols) * 4), *y = malloc((size_t)(n * m.rows) * 4);
                 for (int64_t i = 0; i < n * m.cols; i++) x[i] = (float)(rnd32() % 1000) * 1e-3f - 0.5f;
-                kn_matmul(pool, &m, x, n, y); /* warm */
+                kn_matmul(pool, &mc[0], x, n, y); /* warm */
                 double min_s = quick ? 0.02 : (n == 1 ? 0.5 : 1.0), best = 1e30, total = 0, best_cpu = 1e30;
-                int reps = 0;
-                while (total < min_s || reps < 3) {
+                int reps = 0, ci = 0;
+                while (total < min_s || reps < reps_min) {
                     double c0 = cpu_now(), t0 = plat_now();
-                    kn_matmul(pool, &m, x, n, y);
+                    kn_matmul(pool, &mc[ci], x, n, y);
                     double dt = plat_now() - t0, dc = cpu_now() - c0;
+                    ci = (ci + 1) % copies;
                     total += dt;
                     reps++;
                     if (dt < best) best = dt;
                     if (dc < best_cpu) best_cpu = dc;
                 }
-                double bytes = (double)kn_mat_bytes(&m);
                 double gbps = bytes / best / 1e9, gflops = 2.0 * m.rows * m.cols * n / best / 1e9;
-                printf("bench=matmul isa=%s fmt=%s bits=%d group=%d m=%lld k=%lld n=%lld ms=%.3f "
+                printf("bench=matmul isa=%s fmt=%s bits=%d group=%d m=%lld k=%lld n=%lld cold=%d "
+                       "ms=%.3f "
                        "gbps=%.2f gflops=%.2f roofline=%.2f caller_cpu_ms=%.3f\n",
                        kn_isa_name(), fmts[f].name, m.bits, m.fmt == KN_QAFFINE ? m.group : 0,
-                       (long long)m.rows, (long long)m.cols, (long long)n, best * 1e3, gbps, gflops,
-                       bw > 0 ? gbps / bw : 0, best_cpu * 1e3);
+                       (long long)m.rows, (long long)m.cols, (long long)n, cold, best * 1e3, gbps,
+                       gflops, bw > 0 ? gbps / bw : 0, best_cpu * 1e3);
                 fflush(stdout);
                 free(x);
                 free(y);
             }
-            free(w);
-            free(s);
-            free(b);
+            for (int c = 0; c < 3 * copies; c++)
+                free(bufs[c]);
+            free(bufs);
+            free(mc);
         }
     }
     kn_pool_destroy(pool);

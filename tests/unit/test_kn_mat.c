@@ -301,12 +301,35 @@ static void test_prefill_blocks_and_slabs_match_decode_bitwise(void)
         test_mat b = make_mat(KN_QAFFINE, 5, 8192, KN_F16, 3, 32);
         test_mat c = make_mat(KN_BF16, 21, 777, KN_F32, 0, 0);
         test_mat d = make_mat(KN_QAFFINE, 19, 512, KN_F32, 8, 128);
-        int ok = prefill_equals_decode(&a, variants[v], 50) && prefill_equals_decode(&b, variants[v], 31) &&
-                 prefill_equals_decode(&c, variants[v], 49) && prefill_equals_decode(&d, variants[v], 26);
+        /* more tokens than one prefill token block (64), several row slabs,
+         * an odd width, and one wider than the whole-row slab (8192) */
+        test_mat e = make_mat(KN_BF16, 41, 523, KN_F32, 0, 0);
+        test_mat f = make_mat(KN_QAFFINE, 23, 256, KN_F16, 6, 32);
+        test_mat g = make_mat(KN_F16, 6, 8200, KN_F32, 0, 0);
+        /* batched-decode sizes (the few-token paths): 8-bit with 2..4 tokens,
+         * floats with up to 16 and a cols % 8 tail */
+        test_mat h = make_mat(KN_QAFFINE, 23, 320, KN_BF16, 8, 32);
+        test_mat k = make_mat(KN_F32, 13, 100, KN_F32, 0, 0);
+        int ok = prefill_equals_decode(&a, variants[v], 50) &&
+                 prefill_equals_decode(&b, variants[v], 31) &&
+                 prefill_equals_decode(&c, variants[v], 49) &&
+                 prefill_equals_decode(&d, variants[v], 26) &&
+                 prefill_equals_decode(&e, variants[v], 70) &&
+                 prefill_equals_decode(&f, variants[v], 133) &&
+                 prefill_equals_decode(&g, variants[v], 7) &&
+                 prefill_equals_decode(&h, variants[v], 3) &&
+                 prefill_equals_decode(&h, variants[v], 4) &&
+                 prefill_equals_decode(&k, variants[v], 16) &&
+                 prefill_equals_decode(&k, variants[v], 2);
         free_mat(&a);
         free_mat(&b);
         free_mat(&c);
         free_mat(&d);
+        free_mat(&e);
+        free_mat(&f);
+        free_mat(&g);
+        free_mat(&h);
+        free_mat(&k);
         if (!ok) TEST_FAIL_("variant %s", variants[v]);
     }
 }

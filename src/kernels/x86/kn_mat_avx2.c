@@ -22,11 +22,13 @@
  * in ascending order, then hsum8 + the bias term as above. Decode and prefill
  * both run qdot() per (token, 4-row tile), so they agree bit for bit.
  *
- * Two drivers produce these exact values: decode (n == 1) dequantizes on the
- * fly for 4 rows at a time; prefill (n > 1) dequantizes a 16-row × KC-column
- * slab once into a buffer and runs a 4-row × 3-token register tile over it for
- * a block of tokens, carrying the accumulators across slabs in memory (a
- * store and reload changes no bits).
+ * Drivers that produce these exact values: decode (n == 1) dequantizes on the
+ * fly for 4 rows at a time; prefill (n > 1, pf_rows) converts a slab of up to
+ * 16 whole rows (≤ 128 KiB of f32, L2) once per block of 64 tokens and runs
+ * 4-row × 3-token register tiles over whole rows, accumulators in registers;
+ * rows wider than 8192 and 4-bit f32-path matrices keep the older column-slab
+ * driver (pf_float / pf_q: 16 rows × KC columns, accumulators carried across
+ * slabs in memory — a store and reload changes no bits).
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -209,6 +211,22 @@ static inline int64_t pf_tiles(int64_t tile_bytes)
     return tile_bytes >= PF_BYTES ? 1 : (PF_BYTES + tile_bytes - 1) / tile_bytes;
 }
 
+/* Decode: the scales and biases of the R-row tile `ahead` rows on are a
+ * separate stream (R·ng values each) that the weight prefetch does not cover;
+ * without this their first use in a tile missed to DRAM (~15% of 4-bit
+ * decode time in qx_sd / bias_dot). Prefetch never faults, so rows past the
+ * end are harmless. */
+AI void pf_scales(const kn_mat *W, int64_t r, int64_t ahead, const int R)
+{
+    const int64_t ng = W->cols / W->group, es = W->sfmt == KN_F32 ? 4 : 2;
+    const char *sc = (const char *)W->scales + (r + ahead) * ng * es;
+    const char *bi = (const char *)W->biases + (r + ahead) * ng * es;
+    for (int64_t o = 0; o < R * ng * es; o += 64) {
+        _mm_prefetch(sc + o, _MM_HINT_T0);
+        _mm_prefetch(bi + o, _MM_HINT_T0);
+    }
+}
+
 AI void dec_float(const kn_mat *W, const float *x, float *y, int64_t r, const int R, const kn_fmt fmt)
 {
     const int64_t cols = W->cols, c8 = cols & ~(int64_t)7, rs = cols * esize(fmt);
@@ -242,6 +260,7 @@ AI void dec_q(const kn_mat *W, const float *x, const float *xsum, float *y, int6
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
     const uintptr_t pf = (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs); /* as in dec_float */
+    pf_scales(W, r, pf_tiles(R * rs) * R, R);
     for (int64_t g = 0; g < ng; g++) {
         for (int64_t o = 0; o < R * gbytes; o += 64)
             _mm_prefetch((const char *)(pf + (uintptr_t)(g * R * gbytes + o)), _MM_HINT_T0);
@@ -331,13 +350,14 @@ static void slab_tiles(const float *const *wp, const float *const *xp, int64_t n
 
 /* Slab of w̃ for rows [r, r+nr), columns [kb, kb+kc) of an affine matrix, in
  * the chunk order decode uses (4-bit: permuted pairs). */
-AI void deq_slab_q(const kn_mat *W, int64_t r, int nr, int64_t kb, int64_t kc, float *buf, const int bits)
+AI void deq_slab_q(const kn_mat *W, int64_t r, int nr, int64_t kb, int64_t kc, float *buf,
+                   int64_t stride, const int bits)
 {
     const int64_t cols = W->cols, gs = W->group, ng = cols / gs, nck = gs / 8;
     const int64_t rs = cols * bits / 8, gbytes = gs * bits / 8;
     for (int i = 0; i < nr; i++) {
         const uint8_t *row = (const uint8_t *)W->w + (r + i) * rs;
-        float *o = buf + (int64_t)i * KC;
+        float *o = buf + (int64_t)i * stride;
         for (int64_t c0 = kb; c0 < kb + kc; c0 += gs) {
             int64_t g = c0 / gs;
             __m256 s = _mm256_set1_ps(ld_sf(W->scales, W->sfmt, (r + i) * ng + g));
@@ -388,7 +408,7 @@ AI void pf_q(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, i
             for (int i = 0; i < nr * TB_MAX; i++) accm[i] = _mm256_setzero_ps();
             for (int64_t kb = 0; kb < cols; kb += KC) {
                 int64_t kc = cols - kb < KC ? cols - kb : KC;
-                deq_slab_q(W, rb, nr, kb, kc, wbuf, bits);
+                deq_slab_q(W, rb, nr, kb, kc, wbuf, KC, bits);
                 for (int j = 0; j < nt; j++) {
                     const float *xs = x + (t0 + j) * cols + kb;
                     if (bits == 4) {
@@ -461,9 +481,6 @@ typedef struct {
     float *d, *xsum;
 } qx_tok;
 
-#define QX_TB 16 /* prefill tokens quantized at a time (at most) */
-#define QX_SLOTS 65536 /* int16 q per call (2 per column per token): 128 KiB of stack */
-
 static void qx_make(const float *x, int64_t cols, int64_t gs, const int bits, qx_tok *o)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -512,129 +529,613 @@ AI __m256 qx_scale(const void *sc, kn_fmt sf, int64_t off, int64_t b, float d, c
     return _mm256_set1_ps(ld_sf(sc, sf, off + (gs == 64 ? b : b / 2)) * d);
 }
 
-/* R rows × T tokens: y[t][r+i] for the kn_qx_ok math. facc per (i, j) gets
- * fma(cvt(int32 block sum), s_g·d_b, facc) for blocks in ascending order,
- * then hsum8 + bias_dot: one fixed order per (t, r), whatever R, T, n. */
-AI void qdot(const kn_mat *W, const qx_tok *xt, float *const *yt, int64_t r, const int R, const int T,
-             const int bits, const int64_t gs, const int pf_on)
+/* sd[b] = s_g(b)·d_b for the nb blocks of one row (gs 64 or 128). */
+static void qx_sd(const void *sc, kn_fmt sf, int64_t off, const float *d, int64_t nb, int64_t gs,
+                  float *sd)
+{
+    int64_t b = 0;
+    if (gs == 64)
+        for (; b + 8 <= nb; b += 8)
+            _mm256_store_ps(sd + b, _mm256_mul_ps(ld_sf8(sc, sf, off + b), _mm256_loadu_ps(d + b)));
+    for (; b < nb; b++)
+        sd[b] = ld_sf(sc, sf, off + (gs == 64 ? b : b / 2)) * d[b];
+}
+
+/* R rows × 1 token: y[r+i] for the kn_qx_ok math. facc per row gets
+ * fma(fma(cvt(Σlo), 2^-15, cvt(Σhi)), s_g·d_b, facc) for blocks in ascending
+ * order, then hsum8 + bias_dot: one fixed order per (t, r), whatever R or n.
+ * Σhi and Σlo are exact int32, so the order of their madd terms is free: each
+ * is added as soon as it is made, which keeps ~10 registers live (building
+ * all eight products first spilled the accumulators). */
+AI void qdot(const kn_mat *W, const qx_tok *xt, float *yr, int64_t r, const int R, const int bits,
+             const int64_t gs, const int pf_on)
 {
     const int64_t cols = W->cols, ng = cols / gs, nb = cols / KN_QX_BLOCK, rs = cols * bits / 8;
     const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
     const kn_fmt sf = W->sfmt;
-    __m256 acc[4][2];
+    __m256 acc[4];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
-#pragma GCC unroll 2
-        for (int j = 0; j < T; j++) acc[i][j] = _mm256_setzero_ps();
+        acc[i] = _mm256_setzero_ps();
     const uintptr_t pf = (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs);
+    if (pf_on) pf_scales(W, r, pf_tiles(R * rs) * R, R);
     const int64_t bb = KN_QX_BLOCK * bits / 8; /* bytes per block per row */
     const __m256i lo_mask = _mm256_set1_epi16(bits == 4 ? 0xF : 0xFF);
+    const __m256 lo_w = _mm256_set1_ps(1.0f / 32768);
+    /* s_g·d_b per row and block, made 8 at a time up front (the same f32
+     * products the per-block scalar path makes); gs == 32 splits each block
+     * over two groups and keeps qx_scale */
+    float sd[4][KN_QX_MAX_COLS / KN_QX_BLOCK] __attribute__((aligned(32)));
+    if (gs != 32)
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            qx_sd(W->scales, sf, (r + i) * ng, xt->d, nb, gs, sd[i]);
     for (int64_t b = 0; b < nb; b++) {
         if (pf_on)
             for (int64_t o = 0; o < R * bb; o += 64)
                 _mm_prefetch((const char *)(pf + (uintptr_t)(b * R * bb + o)), _MM_HINT_T0);
+        const __m256i *q = (const __m256i *)(xt->q + b * 2 * KN_QX_BLOCK);
+        const float d = xt->d[b];
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
             const uint8_t *wp = w0 + i * rs + b * bb;
-            __m256i c[4];
+            const int64_t off = (r + i) * ng;
             if (bits == 4) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)wp);
-                c[0] = _mm256_and_si256(v, lo_mask);
-                c[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo_mask);
-                c[2] = _mm256_and_si256(_mm256_srli_epi16(v, 8), lo_mask);
-                c[3] = _mm256_srli_epi16(v, 12);
+                __m256i c = _mm256_and_si256(v, lo_mask);
+                __m256i hi = _mm256_madd_epi16(c, _mm256_load_si256(q + 0));
+                __m256i lo = _mm256_madd_epi16(c, _mm256_load_si256(q + 4));
+                c = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo_mask);
+                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(c, _mm256_load_si256(q + 1)));
+                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(c, _mm256_load_si256(q + 5)));
+                c = _mm256_and_si256(_mm256_srli_epi16(v, 8), lo_mask);
+                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(c, _mm256_load_si256(q + 2)));
+                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(c, _mm256_load_si256(q + 6)));
+                c = _mm256_srli_epi16(v, 12);
+                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(c, _mm256_load_si256(q + 3)));
+                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(c, _mm256_load_si256(q + 7)));
+                __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), lo_w, _mm256_cvtepi32_ps(hi));
+                __m256 sv = gs == 32 ? qx_scale(W->scales, sf, off, b, d, gs)
+                                     : _mm256_broadcast_ss(&sd[i][b]);
+                acc[i] = _mm256_fmadd_ps(f, sv, acc[i]);
             } else {
+                /* 8-bit (KN_QX_BITS8): lanes of each half hold one group when gs == 32 */
                 __m256i va = _mm256_loadu_si256((const __m256i *)wp),
                         vb = _mm256_loadu_si256((const __m256i *)(wp + 32));
-                c[0] = _mm256_and_si256(va, lo_mask);
-                c[1] = _mm256_srli_epi16(va, 8);
-                c[2] = _mm256_and_si256(vb, lo_mask);
-                c[3] = _mm256_srli_epi16(vb, 8);
-            }
-#pragma GCC unroll 2
-            for (int j = 0; j < T; j++) {
-                const int16_t *q = xt[j].q + b * 2 * KN_QX_BLOCK;
-                __m256i m[2][4];
-#pragma GCC unroll 2
-                for (int l = 0; l < 2; l++)
-#pragma GCC unroll 4
-                    for (int k = 0; k < 4; k++)
-                        m[l][k] = _mm256_madd_epi16(c[k], _mm256_loadu_si256((const __m256i *)(q + 64 * l + 16 * k)));
-                const int64_t off = (r + i) * ng;
-                const __m256 lo_w = _mm256_set1_ps(1.0f / 32768);
-                if (bits == 8 && gs == 32) { /* halves are separate groups */
-                    __m256 s0 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b) * xt[j].d[b]);
-                    __m256 s1 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b + 1) * xt[j].d[b]);
-                    __m256 f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(m[1][0], m[1][1])), lo_w,
-                                                _mm256_cvtepi32_ps(_mm256_add_epi32(m[0][0], m[0][1])));
-                    __m256 f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(m[1][2], m[1][3])), lo_w,
-                                                _mm256_cvtepi32_ps(_mm256_add_epi32(m[0][2], m[0][3])));
-                    acc[i][j] = _mm256_fmadd_ps(f0, s0, acc[i][j]);
-                    acc[i][j] = _mm256_fmadd_ps(f1, s1, acc[i][j]);
+                __m256i c0 = _mm256_and_si256(va, lo_mask), c1 = _mm256_srli_epi16(va, 8);
+                __m256i c2 = _mm256_and_si256(vb, lo_mask), c3 = _mm256_srli_epi16(vb, 8);
+                __m256i h0 = _mm256_add_epi32(_mm256_madd_epi16(c0, _mm256_load_si256(q + 0)),
+                                              _mm256_madd_epi16(c1, _mm256_load_si256(q + 1)));
+                __m256i l0 = _mm256_add_epi32(_mm256_madd_epi16(c0, _mm256_load_si256(q + 4)),
+                                              _mm256_madd_epi16(c1, _mm256_load_si256(q + 5)));
+                __m256i h1 = _mm256_add_epi32(_mm256_madd_epi16(c2, _mm256_load_si256(q + 2)),
+                                              _mm256_madd_epi16(c3, _mm256_load_si256(q + 3)));
+                __m256i l1 = _mm256_add_epi32(_mm256_madd_epi16(c2, _mm256_load_si256(q + 6)),
+                                              _mm256_madd_epi16(c3, _mm256_load_si256(q + 7)));
+                if (gs == 32) { /* halves are separate groups */
+                    __m256 s0 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b) * d);
+                    __m256 s1 = _mm256_set1_ps(ld_sf(W->scales, sf, off + 2 * b + 1) * d);
+                    __m256 f0 =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), lo_w, _mm256_cvtepi32_ps(h0));
+                    __m256 f1 =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), lo_w, _mm256_cvtepi32_ps(h1));
+                    acc[i] = _mm256_fmadd_ps(f0, s0, acc[i]);
+                    acc[i] = _mm256_fmadd_ps(f1, s1, acc[i]);
                 } else {
-                    __m256i hi = _mm256_add_epi32(_mm256_add_epi32(m[0][0], m[0][1]), _mm256_add_epi32(m[0][2], m[0][3]));
-                    __m256i lo = _mm256_add_epi32(_mm256_add_epi32(m[1][0], m[1][1]), _mm256_add_epi32(m[1][2], m[1][3]));
-                    __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), lo_w, _mm256_cvtepi32_ps(hi));
-                    __m256 sv = bits == 8 ? _mm256_set1_ps(ld_sf(W->scales, sf, off + (gs == 64 ? b : b / 2)) *
-                                                           xt[j].d[b])
-                                          : qx_scale(W->scales, sf, off, b, xt[j].d[b], gs);
-                    acc[i][j] = _mm256_fmadd_ps(f, sv, acc[i][j]);
+                    __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(l0, l1)), lo_w,
+                                               _mm256_cvtepi32_ps(_mm256_add_epi32(h0, h1)));
+                    acc[i] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(&sd[i][b]), acc[i]);
                 }
             }
         }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
-#pragma GCC unroll 2
-        for (int j = 0; j < T; j++)
-            yt[j][r + i] = kn_hsum256(acc[i][j]) + bias_dot(W->biases, sf, (r + i) * ng, xt[j].xsum, ng);
+        yr[r + i] = kn_hsum256(acc[i]) + bias_dot(W->biases, sf, (r + i) * ng, xt->xsum, ng);
 }
 
-#define QDOT_FN(R, T)                                                                              \
-    static void qdot##R##x##T(const kn_mat *W, const qx_tok *xt, float *const *yt, int64_t r, int pf) \
+/* 4-bit, R rows × 2 tokens, no prefetch (prefill): per (row, token) exactly
+ * the qdot sequence (same int32 sums, same f32 ops in the same order), with
+ * each row's codes unpacked once for both tokens. */
+AI void qdot2(const kn_mat *W, const qx_tok *xt, float *y0, float *y1, int64_t r, const int R,
+              const int64_t gs)
+{
+    const int64_t cols = W->cols, ng = cols / gs, nb = cols / KN_QX_BLOCK, rs = cols / 2;
+    const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
+    const kn_fmt sf = W->sfmt;
+    __m256 a0[4], a1[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+        a0[i] = a1[i] = _mm256_setzero_ps();
+    const __m256i mask = _mm256_set1_epi16(0xF);
+    const __m256 lo_w = _mm256_set1_ps(1.0f / 32768);
+    float sd[2][4][KN_QX_MAX_COLS / KN_QX_BLOCK] __attribute__((aligned(32)));
+    if (gs != 32)
+        for (int j = 0; j < 2; j++)
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                qx_sd(W->scales, sf, (r + i) * ng, xt[j].d, nb, gs, sd[j][i]);
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i *q0 = (const __m256i *)(xt[0].q + b * 2 * KN_QX_BLOCK);
+        const __m256i *q1 = (const __m256i *)(xt[1].q + b * 2 * KN_QX_BLOCK);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w0 + i * rs + b * 32));
+            __m256i c = _mm256_and_si256(v, mask);
+            __m256i h0 = _mm256_madd_epi16(c, _mm256_load_si256(q0 + 0));
+            __m256i l0 = _mm256_madd_epi16(c, _mm256_load_si256(q0 + 4));
+            __m256i h1 = _mm256_madd_epi16(c, _mm256_load_si256(q1 + 0));
+            __m256i l1 = _mm256_madd_epi16(c, _mm256_load_si256(q1 + 4));
+#pragma GCC unroll 3
+            for (int k = 1; k < 4; k++) {
+                c = k == 3 ? _mm256_srli_epi16(v, 12)
+                           : _mm256_and_si256(_mm256_srli_epi16(v, 4 * k), mask);
+                h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(c, _mm256_load_si256(q0 + k)));
+                l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(c, _mm256_load_si256(q0 + 4 + k)));
+                h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(c, _mm256_load_si256(q1 + k)));
+                l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(c, _mm256_load_si256(q1 + 4 + k)));
+            }
+            __m256 f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), lo_w, _mm256_cvtepi32_ps(h0));
+            __m256 f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), lo_w, _mm256_cvtepi32_ps(h1));
+            const int64_t off = (r + i) * ng;
+            __m256 s0 = gs == 32 ? qx_scale(W->scales, sf, off, b, xt[0].d[b], gs)
+                                 : _mm256_broadcast_ss(&sd[0][i][b]);
+            __m256 s1 = gs == 32 ? qx_scale(W->scales, sf, off, b, xt[1].d[b], gs)
+                                 : _mm256_broadcast_ss(&sd[1][i][b]);
+            a0[i] = _mm256_fmadd_ps(f0, s0, a0[i]);
+            a1[i] = _mm256_fmadd_ps(f1, s1, a1[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        y0[r + i] = kn_hsum256(a0[i]) + bias_dot(W->biases, sf, (r + i) * ng, xt[0].xsum, ng);
+        y1[r + i] = kn_hsum256(a1[i]) + bias_dot(W->biases, sf, (r + i) * ng, xt[1].xsum, ng);
+    }
+}
+
+#define QDOT2_FN(R)                                                                                \
+    static void qdot2_##R(const kn_mat *W, const qx_tok *xt, float *y0, float *y1, int64_t r)      \
     {                                                                                              \
-        const int bits = W->bits;                                                                  \
+        if (W->group == 64)                                                                        \
+            qdot2(W, xt, y0, y1, r, R, 64);                                                        \
+        else if (W->group == 32)                                                                   \
+            qdot2(W, xt, y0, y1, r, R, 32);                                                        \
+        else                                                                                       \
+            qdot2(W, xt, y0, y1, r, R, 128);                                                       \
+    }
+QDOT2_FN(4)
+QDOT2_FN(1)
+
+/* qdot<R>_<pf>: bits and group size as constants. */
+#define QDOT_FN(R, PF)                                                                             \
+    static void qdot##R##_##PF(const kn_mat *W, const qx_tok *xt, float *yr, int64_t r)            \
+    {                                                                                              \
         const int64_t gs = W->group;                                                               \
-        if (bits == 4) {                                                                           \
-            if (gs == 64) qdot(W, xt, yt, r, R, T, 4, 64, pf);                                     \
-            else if (gs == 32) qdot(W, xt, yt, r, R, T, 4, 32, pf);                                \
-            else qdot(W, xt, yt, r, R, T, 4, 128, pf);                                             \
+        if (W->bits == 4) {                                                                        \
+            if (gs == 64)                                                                          \
+                qdot(W, xt, yr, r, R, 4, 64, PF);                                                  \
+            else if (gs == 32)                                                                     \
+                qdot(W, xt, yr, r, R, 4, 32, PF);                                                  \
+            else                                                                                   \
+                qdot(W, xt, yr, r, R, 4, 128, PF);                                                 \
         } else {                                                                                   \
-            if (gs == 64) qdot(W, xt, yt, r, R, T, 8, 64, pf);                                     \
-            else if (gs == 32) qdot(W, xt, yt, r, R, T, 8, 32, pf);                                \
-            else qdot(W, xt, yt, r, R, T, 8, 128, pf);                                             \
+            if (gs == 64)                                                                          \
+                qdot(W, xt, yr, r, R, 8, 64, PF);                                                  \
+            else if (gs == 32)                                                                     \
+                qdot(W, xt, yr, r, R, 8, 32, PF);                                                  \
+            else                                                                                   \
+                qdot(W, xt, yr, r, R, 8, 128, PF);                                                 \
         }                                                                                          \
     }
+QDOT_FN(4, 0)
+QDOT_FN(1, 0)
 QDOT_FN(4, 1)
 QDOT_FN(1, 1)
 
-static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+/* Prefill of the int16 path: the same qdot per (token, 4-row tile) as
+ * decode, ordered for reuse. Up to QP_TB tokens are quantized into the
+ * caller's stack buffer (QP_SLOTS int16); rows go in slabs of ~QP_SLAB bytes of packed weights
+ * (L1), and for each slab every token of the block passes over it (the
+ * token's q, 2·cols int16, stays in L1 across the slab's tiles), while the
+ * next slab is prefetched a slice per token. Weights are read from memory
+ * once per token block. */
+/* Scratch lives on the stack, not in _Thread_local arrays: glibc zeroes a
+ * thread's whole static TLS block at pthread_create (resident memory in every
+ * server thread) and refuses small explicit stacks. Pool threads have 4 MiB. */
+#define QP_SLOTS 131072 /* int16 q (256 KiB): 2 tokens of the widest matrix, 32 of 2048 */
+#define QP_TB 64
+#define QP_SLAB 16384
+
+typedef struct {
+    int16_t q[QP_SLOTS] __attribute__((aligned(64)));
+    float d[QP_SLOTS / (2 * KN_QX_BLOCK)];
+    float s[QP_SLOTS / (2 * 32)];
+} qx_buf;
+
+static void mm_qx_prefill(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0,
+                          int64_t r1, qx_buf *qb)
 {
     const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs, nbk = cols / KN_QX_BLOCK;
-    /* tokens per block so q fits the stack buffer */
-    int64_t tb = QX_SLOTS / (2 * cols);
-    if (tb > QX_TB) tb = QX_TB;
-    if (tb < 1) tb = 1;
-    int16_t qbuf[QX_SLOTS] __attribute__((aligned(32)));
-    float dbuf[QX_SLOTS / (2 * KN_QX_BLOCK)]; /* tb · blocks ≤ this */
-    float sbuf[QX_SLOTS / (2 * 32)];          /* tb · groups ≤ this (group ≥ 32) */
-    qx_tok xt[QX_TB];
+    const int64_t rs = cols * W->bits / 8;
+    int64_t tb = QP_SLOTS / (2 * cols);
+    if (tb > QP_TB) tb = QP_TB;
+    int64_t slab = QP_SLAB / rs & ~(int64_t)3;
+    if (slab < 4) slab = 4;
+    qx_tok xt[QP_TB];
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
-        int nt = (int)(n - t0 < tb ? n - t0 : tb);
+        const int nt = (int)(n - t0 < tb ? n - t0 : tb);
         for (int j = 0; j < nt; j++) {
-            xt[j] = (qx_tok){qbuf + j * 2 * cols, dbuf + j * nbk, sbuf + j * ng};
+            xt[j] = (qx_tok){qb->q + j * 2 * cols, qb->d + j * nbk, qb->s + j * ng};
             qx_make(x + (t0 + j) * cols, cols, gs, W->bits, &xt[j]);
         }
-        int pf = nt <= 2; /* decode-like: stream rows ahead */
-        int64_t r = r0;
-        for (; r < r1; r += (r1 - r >= 4 ? 4 : 1)) {
-            int R = r1 - r >= 4 ? 4 : 1;
-            /* token inner: the tile's rows stay in L1 (a 4-row × 2-token tile
-             * spilled registers and was slower) */
-            for (int j = 0; j < nt; j++) {
-                float *yt[1] = {y + (t0 + j) * rows};
-                (R == 4 ? qdot4x1 : qdot1x1)(W, xt + j, yt, r, pf);
+        for (int64_t rb = r0; rb < r1; rb += slab) {
+            const int64_t re = r1 - rb < slab ? r1 : rb + slab;
+            /* the next slab, a slice per token (may pass r1: prefetch never faults) */
+            const char *nx = (const char *)W->w + re * rs;
+            const int64_t nxb = (re + slab < r1 ? slab : r1 - re) * rs,
+                          per = (nxb / nt + 63) & ~(int64_t)63;
+            int j = 0;
+            for (; W->bits == 4 && j + 2 <= nt; j += 2) { /* token pairs share the unpack */
+                for (int64_t o = j * per; o < (j + 2) * per && o < nxb; o += 64)
+                    _mm_prefetch(nx + o, _MM_HINT_T0);
+                float *ya = y + (t0 + j) * rows, *yb = ya + rows;
+                int64_t r = rb;
+                for (; r + 4 <= re; r += 4)
+                    qdot2_4(W, xt + j, ya, yb, r);
+                for (; r < re; r++)
+                    qdot2_1(W, xt + j, ya, yb, r);
             }
+            for (; j < nt; j++) {
+                for (int64_t o = j * per; o < (j + 1) * per && o < nxb; o += 64)
+                    _mm_prefetch(nx + o, _MM_HINT_T0);
+                float *yr = y + (t0 + j) * rows;
+                int64_t r = rb;
+                for (; r + 4 <= re; r += 4)
+                    qdot4_0(W, xt + j, yr, r);
+                for (; r < re; r++)
+                    qdot1_0(W, xt + j, yr, r);
+            }
+        }
+    }
+}
+
+static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs,
+                  nbk = cols / KN_QX_BLOCK;
+    qx_buf qb;
+    if (n > 2) {
+        mm_qx_prefill(W, x, n, y, r0, r1, &qb);
+        return;
+    }
+    qx_tok xt[2];
+    for (int j = 0; j < n; j++) { /* 2 tokens fit: 2 · 2 · KN_QX_MAX_COLS = QP_SLOTS */
+        xt[j] = (qx_tok){qb.q + j * 2 * cols, qb.d + j * nbk, qb.s + j * ng};
+        qx_make(x + j * cols, cols, gs, W->bits, &xt[j]);
+    }
+    /* decode: stream rows ahead (prefetch on); token inner, the tile's rows stay in L1 */
+    int64_t r = r0;
+    for (; r < r1; r += (r1 - r >= 4 ? 4 : 1)) {
+        int R = r1 - r >= 4 ? 4 : 1;
+        for (int j = 0; j < n; j++)
+            (R == 4 ? qdot4_1 : qdot1_1)(W, xt + j, y + j * rows, r);
+    }
+}
+
+/* ---------------------------------------------------------------- prefill, whole-row tiles */
+
+/* The float-accumulator prefill used for every format except the int16 path:
+ * per block of PT_MAX tokens and per slab of rows (as many as fit PW_FLOATS
+ * converted f32 weights, at most 16), the slab is converted once (a
+ * contiguous per-row read the hardware prefetcher follows), then 4-row ×
+ * 3-token register tiles run over the whole row with the accumulators in
+ * registers: the same chunk-ascending fma sequence per (t, r) as decode, so
+ * the result is bitwise the decode result. The converted slab (≤ 128 KiB,
+ * on the stack: see QP_SLOTS on thread-local arrays) stays in L2 while every token group of the
+ * block passes over it; the weights are read from memory once per PT_MAX tokens. */
+#define PW_FLOATS (4 * (8192 + 16)) /* converted weights per thread: 4 rows of 8192 */
+#define PW_PAD 16 /* floats between slab rows: rows 8 KiB apart would alias in L1 */
+#define PT_MAX 64
+#define PX_SUMS 8192 /* group sums of one token block */
+
+/* out[i][j] = hsum8 of the chunk-ascending fma over c8 columns of weight
+ * rows w + i·ws and x rows xp[j]. */
+AI void ktile(const float *w, int64_t ws, const float *const *xp, int64_t c8, float *out,
+              const int R, const int T)
+{
+    __m256 a[4][3];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++)
+            a[i][j] = _mm256_setzero_ps();
+    const float *x0 = xp[0], *x1 = T > 1 ? xp[1] : xp[0], *x2 = T > 2 ? xp[2] : xp[0];
+    for (int64_t c = 0; c < c8; c += 8) {
+        __m256 xv[3];
+        xv[0] = _mm256_loadu_ps(x0 + c);
+        if (T > 1) xv[1] = _mm256_loadu_ps(x1 + c);
+        if (T > 2) xv[2] = _mm256_loadu_ps(x2 + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            __m256 wv = _mm256_load_ps(w + i * ws + c);
+#pragma GCC unroll 3
+            for (int j = 0; j < T; j++)
+                a[i][j] = _mm256_fmadd_ps(wv, xv[j], a[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++)
+            out[i * 3 + j] = kn_hsum256(a[i][j]);
+}
+
+#define KTILE_FN(R, T)                                                                             \
+    static void ktile_##R##x##T(const float *w, int64_t ws, const float *const *xp, int64_t c8,    \
+                                float *out)                                                        \
+    {                                                                                              \
+        ktile(w, ws, xp, c8, out, R, T);                                                           \
+    }
+KTILE_FN(4, 3)
+KTILE_FN(4, 2)
+KTILE_FN(4, 1)
+KTILE_FN(1, 3)
+KTILE_FN(1, 2)
+KTILE_FN(1, 1)
+typedef void (*ktile_fn)(const float *, int64_t, const float *const *, int64_t, float *);
+static const ktile_fn ktiles[5][4] = {
+    [4] = {NULL, ktile_4x1, ktile_4x2, ktile_4x3}, [1] = {NULL, ktile_1x1, ktile_1x2, ktile_1x3}};
+
+/* Rows per converted slab for this width (a multiple of 4, at most 16); 0 if
+ * even 4 rows do not fit (very wide matrices keep the column-slab driver). */
+static int64_t pw_stride(int64_t cols)
+{
+    return ((cols + 7) & ~(int64_t)7) + PW_PAD; /* 32-byte aligned rows */
+}
+static int64_t pw_rows(int64_t cols)
+{
+    int64_t rb = PW_FLOATS / pw_stride(cols) & ~(int64_t)3;
+    return rb > 16 ? 16 : rb;
+}
+
+/* bits == 0: float format fmt; else an affine matrix (not 4-bit: its permuted
+ * chunk pairs keep pf_q). Caller checks pw_rows(cols) > 0. */
+AI void pf_rows(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1,
+                const kn_fmt fmt, const int bits)
+{
+    const int64_t cols = W->cols, rows = W->rows, ws = pw_stride(cols);
+    const int64_t c8 = bits ? cols : cols & ~(int64_t)7,
+                  rs = bits ? cols * bits / 8 : cols * esize(fmt);
+    const int64_t gs = bits ? W->group : 1, ng = bits ? cols / gs : 0, rbn = pw_rows(cols);
+    float pw_buf[PW_FLOATS] __attribute__((aligned(64))), px_sum[PX_SUMS];
+    int64_t tb = PT_MAX;
+    while (bits && tb > 1 && tb * ng > PX_SUMS)
+        tb /= 2;
+    for (int64_t t0 = 0; t0 < n; t0 += tb) {
+        const int nt = (int)(n - t0 < tb ? n - t0 : tb);
+        if (bits)
+            for (int j = 0; j < nt; j++)
+                group_sums(x + (t0 + j) * cols, cols, gs, px_sum + j * ng);
+        for (int64_t rb = r0; rb < r1; rb += rbn) {
+            const int nr = (int)(r1 - rb < rbn ? r1 - rb : rbn);
+            if (bits) {
+                deq_slab_q(W, rb, nr, 0, cols, pw_buf, ws, bits);
+            } else {
+                for (int i = 0; i < nr; i++) {
+                    const uint8_t *row = (const uint8_t *)W->w + (rb + i) * rs;
+                    for (int64_t c = 0; c < c8; c += 8)
+                        _mm256_store_ps(pw_buf + i * ws + c, ld_w(row, c, fmt));
+                }
+            }
+            for (int j = 0; j < nt; j += 3) {
+                const int T = nt - j >= 3 ? 3 : nt - j;
+                const float *xp[3];
+                for (int jj = 0; jj < T; jj++)
+                    xp[jj] = x + (t0 + j + jj) * cols;
+                for (int i = 0; i < nr; i += (nr - i >= 4 ? 4 : 1)) {
+                    const int R = nr - i >= 4 ? 4 : 1;
+                    float out[12];
+                    ktiles[R][T](pw_buf + i * ws, ws, xp, c8, out);
+                    for (int ii = 0; ii < R; ii++) {
+                        const int64_t r = rb + i + ii;
+                        for (int jj = 0; jj < T; jj++) {
+                            const int64_t t = t0 + j + jj;
+                            float tail = bits ? bias_dot(W->biases, W->sfmt, r * ng,
+                                                         px_sum + (j + jj) * ng, ng)
+                                              : float_tail((const uint8_t *)W->w + r * rs, fmt,
+                                                           x + t * cols, c8, cols);
+                            y[t * rows + r] = out[ii * 3 + jj] + tail;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- batched decode, float formats */
+
+/* Few tokens (2..SMALL_N, a batched decode step): converting a slab would cost
+ * as much as the FMAs it feeds, so 4-row × 3-token tiles read and convert
+ * the stored weights directly, rows outer (each 4-row tile stays in L1 for
+ * every token group; the weights stream from memory once, prefetched a tile
+ * ahead as in dec_float). Same chunk-ascending fma per (t, r) as decode. */
+#define SMALL_N 16
+
+AI void dtile(const uint8_t *w0, int64_t rs, const kn_fmt fmt, const float *const *xp, int64_t c8,
+              float *out, const int R, const int T, const int pf_on)
+{
+    __m256 a[4][3];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++)
+            a[i][j] = _mm256_setzero_ps();
+    const float *x0 = xp[0], *x1 = T > 1 ? xp[1] : xp[0], *x2 = T > 2 ? xp[2] : xp[0];
+    const uintptr_t pf =
+        (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs); /* may pass the end */
+    const int64_t pf_step = 8 * R * esize(fmt);
+    for (int64_t c = 0; c < c8; c += 8) {
+        if (pf_on)
+            for (int64_t o = 0; o < pf_step; o += 64)
+                _mm_prefetch((const char *)(pf + (uintptr_t)(c / 8 * pf_step + o)), _MM_HINT_T0);
+        __m256 xv[3];
+        xv[0] = _mm256_loadu_ps(x0 + c);
+        if (T > 1) xv[1] = _mm256_loadu_ps(x1 + c);
+        if (T > 2) xv[2] = _mm256_loadu_ps(x2 + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            __m256 wv = ld_w(w0 + i * rs, c, fmt);
+#pragma GCC unroll 3
+            for (int j = 0; j < T; j++)
+                a[i][j] = _mm256_fmadd_ps(wv, xv[j], a[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++)
+            out[i * 3 + j] = kn_hsum256(a[i][j]);
+}
+
+#define DTILE_FN(R, T, PF)                                                                         \
+    static void dtile_##R##x##T##_##PF(const uint8_t *w0, int64_t rs, kn_fmt fmt,                  \
+                                       const float *const *xp, int64_t c8, float *out)             \
+    {                                                                                              \
+        if (fmt == KN_F32)                                                                         \
+            dtile(w0, rs, KN_F32, xp, c8, out, R, T, PF);                                          \
+        else if (fmt == KN_F16)                                                                    \
+            dtile(w0, rs, KN_F16, xp, c8, out, R, T, PF);                                          \
+        else                                                                                       \
+            dtile(w0, rs, KN_BF16, xp, c8, out, R, T, PF);                                         \
+    }
+DTILE_FN(4, 3, 1)
+DTILE_FN(4, 2, 1)
+DTILE_FN(4, 1, 1)
+DTILE_FN(4, 3, 0)
+DTILE_FN(4, 2, 0)
+DTILE_FN(4, 1, 0)
+DTILE_FN(1, 3, 0)
+DTILE_FN(1, 2, 0)
+DTILE_FN(1, 1, 0)
+typedef void (*dtile_fn)(const uint8_t *, int64_t, kn_fmt, const float *const *, int64_t, float *);
+static const dtile_fn dtiles[2][5][4] = {
+    [1] = {[4] = {NULL, dtile_4x1_1, dtile_4x2_1, dtile_4x3_1}},
+    [0] = {[4] = {NULL, dtile_4x1_0, dtile_4x2_0, dtile_4x3_0},
+           [1] = {NULL, dtile_1x1_0, dtile_1x2_0, dtile_1x3_0}}};
+
+static void small_float(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0,
+                        int64_t r1, kn_fmt fmt)
+{
+    const int64_t cols = W->cols, rows = W->rows, c8 = cols & ~(int64_t)7, rs = cols * esize(fmt);
+    for (int64_t r = r0; r < r1; r += (r1 - r >= 4 ? 4 : 1)) {
+        const int R = r1 - r >= 4 ? 4 : 1;
+        const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
+        for (int j = 0; j < n; j += 3) {
+            const int T = n - j >= 3 ? 3 : (int)(n - j);
+            const float *xp[3];
+            for (int jj = 0; jj < T; jj++)
+                xp[jj] = x + (j + jj) * cols;
+            float out[12];
+            /* the first token group streams the tile and prefetches the next one */
+            dtiles[R == 4 && j == 0][R][T](w0, rs, fmt, xp, c8, out);
+            for (int ii = 0; ii < R; ii++)
+                for (int jj = 0; jj < T; jj++)
+                    y[(j + jj) * rows + r + ii] =
+                        out[ii * 3 + jj] +
+                        float_tail(w0 + ii * rs, fmt, x + (j + jj) * cols, c8, cols);
+        }
+    }
+}
+
+/* 8-bit affine, few tokens: as dtile, with w̃ = q·s_g made per chunk exactly
+ * as dec_q makes it (s_g from a per-tile f32 table: the same value). */
+AI void dtile_q8(const uint8_t *w0, int64_t rs, const float *sc, int64_t ng, int64_t gs,
+                 const float *const *xp, int64_t cols, float *out, const int R, const int T,
+                 const int pf_on)
+{
+    __m256 a[4][3];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++)
+            a[i][j] = _mm256_setzero_ps();
+    const float *x0 = xp[0], *x1 = T > 1 ? xp[1] : xp[0], *x2 = T > 2 ? xp[2] : xp[0];
+    const uintptr_t pf =
+        (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs); /* may pass the end */
+    for (int64_t c = 0; c < cols; c += 8) {
+        if (pf_on) _mm_prefetch((const char *)(pf + (uintptr_t)(c / 8 * 8 * R)), _MM_HINT_T0);
+        __m256 xv[3];
+        xv[0] = _mm256_loadu_ps(x0 + c);
+        if (T > 1) xv[1] = _mm256_loadu_ps(x1 + c);
+        if (T > 2) xv[2] = _mm256_loadu_ps(x2 + c);
+        const int64_t g = c / gs;
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            __m256 q = _mm256_cvtepi32_ps(
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w0 + i * rs + c))));
+            __m256 wv = _mm256_mul_ps(q, _mm256_broadcast_ss(sc + i * ng + g));
+#pragma GCC unroll 3
+            for (int j = 0; j < T; j++)
+                a[i][j] = _mm256_fmadd_ps(wv, xv[j], a[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < T; j++)
+            out[i * 3 + j] = kn_hsum256(a[i][j]);
+}
+
+#define DTQ_FN(R, T, PF)                                                                           \
+    static void dtq_##R##x##T##_##PF(const uint8_t *w0, int64_t rs, const float *sc, int64_t ng,   \
+                                     int64_t gs, const float *const *xp, int64_t cols, float *out) \
+    {                                                                                              \
+        dtile_q8(w0, rs, sc, ng, gs, xp, cols, out, R, T, PF);                                     \
+    }
+DTQ_FN(4, 3, 1)
+DTQ_FN(4, 2, 1)
+DTQ_FN(4, 1, 1)
+DTQ_FN(4, 3, 0)
+DTQ_FN(4, 2, 0)
+DTQ_FN(4, 1, 0)
+DTQ_FN(1, 3, 0)
+DTQ_FN(1, 2, 0)
+DTQ_FN(1, 1, 0)
+typedef void (*dtq_fn)(const uint8_t *, int64_t, const float *, int64_t, int64_t,
+                       const float *const *, int64_t, float *);
+static const dtq_fn dtqs[2][5][4] = {[1] = {[4] = {NULL, dtq_4x1_1, dtq_4x2_1, dtq_4x3_1}},
+                                     [0] = {[4] = {NULL, dtq_4x1_0, dtq_4x2_0, dtq_4x3_0},
+                                            [1] = {NULL, dtq_1x1_0, dtq_1x2_0, dtq_1x3_0}}};
+
+#define SMALL_GROUPS 1024 /* groups per row the small 8-bit path takes */
+/* it re-converts each code per token group of 3, so it only pays below ~8
+ * tokens (2048²: n = 2 0.64 -> 0.43 ms, n = 8 equal, n = 16 worse) */
+#define SMALL_N_Q8 4
+
+static void small_q8(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs, rs = cols;
+    float xsum[SMALL_N_Q8 * SMALL_GROUPS], sc[4 * SMALL_GROUPS];
+    for (int64_t j = 0; j < n; j++)
+        group_sums(x + j * cols, cols, gs, xsum + j * ng);
+    for (int64_t r = r0; r < r1; r += (r1 - r >= 4 ? 4 : 1)) {
+        const int R = r1 - r >= 4 ? 4 : 1;
+        const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
+        for (int64_t k = 0; k < R * ng; k++)
+            sc[k] = ld_sf(W->scales, W->sfmt, r * ng + k);
+        for (int j = 0; j < n; j += 3) {
+            const int T = n - j >= 3 ? 3 : (int)(n - j);
+            const float *xp[3];
+            for (int jj = 0; jj < T; jj++)
+                xp[jj] = x + (j + jj) * cols;
+            float out[12];
+            dtqs[R == 4 && j == 0][R][T](w0, rs, sc, ng, gs, xp, cols, out);
+            for (int ii = 0; ii < R; ii++)
+                for (int jj = 0; jj < T; jj++)
+                    y[(j + jj) * rows + r + ii] =
+                        out[ii * 3 + jj] +
+                        bias_dot(W->biases, W->sfmt, (r + ii) * ng, xsum + (j + jj) * ng, ng);
         }
     }
 }
@@ -654,6 +1155,10 @@ static void mm_qx(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
     {                                                                                              \
         if (n == 1)                                                                                \
             DEC_ROWS(dec_float(W, x, y, r, 4, fmt), dec_float(W, x, y, r, 1, fmt));                \
+        else if (n <= SMALL_N)                                                                     \
+            small_float(W, x, n, y, r0, r1, fmt);                                                  \
+        else if (pw_rows(W->cols) > 0)                                                             \
+            pf_rows(W, x, n, y, r0, r1, fmt, 0);                                                   \
         else                                                                                       \
             pf_float(W, x, n, y, r0, r1, fmt);                                                     \
     }
@@ -671,10 +1176,14 @@ DEF_FLOAT(mm_bf16, KN_BF16)
             float xsum[XSUM_MAX];                                                                  \
             KILN_ASSERT(W->cols / W->group <= XSUM_MAX);                                           \
             group_sums(x, W->cols, W->group, xsum);                                                \
-            DEC_ROWS(r + 4 < W->rows ? dec_q(W, x, xsum, y, r, 4, b, 1)                          \
-                                     : dec_q(W, x, xsum, y, r, 4, b, 0),                          \
-                     r + 1 < W->rows ? dec_q(W, x, xsum, y, r, 1, b, 1)                           \
-                                     : dec_q(W, x, xsum, y, r, 1, b, 0));                         \
+            DEC_ROWS(r + 4 < W->rows ? dec_q(W, x, xsum, y, r, 4, b, 1)                            \
+                                     : dec_q(W, x, xsum, y, r, 4, b, 0),                           \
+                     r + 1 < W->rows ? dec_q(W, x, xsum, y, r, 1, b, 1)                            \
+                                     : dec_q(W, x, xsum, y, r, 1, b, 0));                          \
+        } else if (b == 8 && n <= SMALL_N_Q8 && W->cols / W->group <= SMALL_GROUPS) {              \
+            small_q8(W, x, n, y, r0, r1);                                                          \
+        } else if (b != 4 && pw_rows(W->cols) > 0) {                                               \
+            pf_rows(W, x, n, y, r0, r1, KN_F32, b);                                                \
         } else {                                                                                   \
             pf_q(W, x, n, y, r0, r1, b);                                                           \
         }                                                                                          \
