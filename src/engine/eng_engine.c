@@ -57,6 +57,7 @@ struct eng_handle {
     char *hold;            /* OWNED: decoded text not yet emitted (stop-string hold-back) */
     size_t hold_len, hold_cap;
     int32_t n_generated, cached_tokens;
+    int32_t n_steps;       /* steps it took part in (engine thread) */
     int admitted_once;
     uint64_t kv_proj;      /* projected KV bytes charged while running (--kv-budget) */
     uint64_t ckpt_id;      /* generation checkpoint identity; 0 = checkpoints off */
@@ -403,6 +404,7 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     ev.prompt_tokens = h->p.n_prompt;
     ev.completion_tokens = h->n_generated;
     ev.cached_tokens = h->cached_tokens;
+    ev.steps = h->n_steps;
     ev.resumed_tokens = h->resumed;
     if (h->ckpt_id && (why == ENG_FINISH_STOP || why == ENG_FINISH_LENGTH))
         kv_ssd_remove(e->o.ssd, KV_SSD_CKPT, h->ckpt_id); /* done: a retry starts afresh */
@@ -730,6 +732,7 @@ static void engine_step(eng_engine *e)
     for (int32_t k = 0; k < n; k++) {
         eng_handle *h = e->owners[k];
         toks += e->items[k].n_run;
+        h->n_steps++;
         if (rc) {
             for (int32_t i = 0; i < e->n_running; i++)
                 if (e->running[i] == h) running_remove(e, i);

@@ -73,6 +73,7 @@ typedef struct {
     /* DONE (a final text tail may come with it in text) */
     eng_finish finish;
     int32_t prompt_tokens, completion_tokens, cached_tokens;
+    int32_t steps;            /* engine steps this request took part in (prefill chunks + decodes) */
     int32_t resumed_tokens;   /* tokens taken from a generation checkpoint (included in completion) */
     const char *stop_matched; /* BORROWED from the handle: the stop string that ended it, or NULL */
     /* ERROR */
