@@ -7,8 +7,9 @@
  * --budget`, GET /fit and what eng_runtime_open allocates agree. Sizes that
  * depend on the context (step scratch: attention rows and block pointer
  * tables) are evaluated at the candidate context; the cost of one KV block is
- * the difference between plans of 2 and 1 blocks, so a KV format with other
- * bytes per token (quantized KV) changes it without touching this file.
+ * the KV format's bytes per block plus its metadata, as eng_fit counts them.
+ * With --quantized-kv-start a pool holds blocks of two sizes, so the block
+ * count is found against the whole plan (blocks_left), never one block's cost.
  * Invariant: fits(C) is monotone (a larger C needs more blocks and at least
  * as much scratch), so the largest fitting C is found by bisection.
  */
@@ -72,6 +73,14 @@ uint64_t eng_admit_seq_kv_bytes(uint64_t kv_bytes_per_token, int64_t tokens)
     return tokens > 0 ? kv_bytes_per_token * (uint64_t)tokens : 0;
 }
 
+uint64_t eng_admit_seq_kv_bytes_split(uint64_t kv_bytes_per_token, uint64_t full_bytes_per_token,
+                                      int64_t full_positions, int64_t tokens)
+{
+    if (tokens <= 0) return 0;
+    int64_t nf = full_positions < 0 ? 0 : full_positions < tokens ? full_positions : tokens;
+    return full_bytes_per_token * (uint64_t)nf + kv_bytes_per_token * (uint64_t)(tokens - nf);
+}
+
 kiln_code eng_admit_parse_limit(const char *s, int32_t *out, kiln_err *err)
 {
     *out = 0;
@@ -96,28 +105,53 @@ typedef struct {
     uint64_t overhead;
 } planner;
 
-/* Bytes that do not depend on the pool size at context ctx, and one block's cost. */
+/* Bytes that do not depend on the pool size at context ctx, and the cost of
+ * one main-class block (its bytes and its pool metadata). */
 static void fixed_at(const planner *p, int32_t ctx, uint64_t *fixed, uint64_t *block)
 {
     eng_runtime_opts o = p->o;
     o.ctx = ctx;
     o.n_blocks = 1;
-    eng_fit f1, f2;
+    eng_fit f1;
     eng_fit_compute(p->c, p->weights, &o, &f1);
-    o.n_blocks = 2;
-    eng_fit_compute(p->c, p->weights, &o, &f2);
-    *block = f2.total_bytes - f1.total_bytes;
-    *fixed = f1.total_bytes - *block + p->overhead;
+    *block = f1.kv_bytes_per_token * (uint64_t)f1.o.block_tokens + 64; /* 64: metadata, eng_fit */
+    *fixed = f1.total_bytes - f1.kv_pool_bytes - 64 + p->overhead;
 }
 
-/* KV blocks a budget leaves at context ctx (0 when the fixed part alone is over). */
+/* Everything counted for a pool of nb >= 1 blocks at context ctx. */
+static uint64_t total_at(const planner *p, int32_t ctx, int64_t nb)
+{
+    eng_runtime_opts o = p->o;
+    o.ctx = ctx;
+    o.n_blocks = (int32_t)nb;
+    eng_fit f;
+    eng_fit_compute(p->c, p->weights, &o, &f);
+    return f.total_bytes + p->overhead;
+}
+
+/* KV blocks a budget leaves at context ctx (0 when the fixed part alone is over).
+ * One block class: (budget - fixed) / block. With --quantized-kv-start the pool
+ * keeps a share of its blocks in the larger full-precision class
+ * (eng_runtime_resolve), so the cost is not linear in the block count: the
+ * largest count whose whole plan fits is found by bisection (the plan only
+ * grows with the count), starting from the main-class bound. */
 static int64_t blocks_left(const planner *p, int32_t ctx, uint64_t budget)
 {
     uint64_t fixed, block;
     fixed_at(p, ctx, &fixed, &block);
     if (budget <= fixed || block == 0) return 0;
     uint64_t n = (budget - fixed) / block;
-    return n > INT32_MAX ? INT32_MAX : (int64_t)n;
+    int64_t hi = n > INT32_MAX ? INT32_MAX : (int64_t)n;
+    if (p->o.kv_quant_start <= 0 || hi == 0) return hi;
+    int64_t lo = 0; /* fits; hi may not */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (total_at(p, ctx, mid) <= budget)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 static int64_t blocks_for(int32_t tokens, int32_t bt)

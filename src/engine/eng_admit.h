@@ -80,6 +80,11 @@ uint64_t eng_admit_overhead_for_dir(const char *dir, uint64_t server_bytes, int3
  * the paged pool keeps every layer of a block, so a windowed layer's old
  * positions still occupy memory. */
 uint64_t eng_admit_seq_kv_bytes(uint64_t kv_bytes_per_token, int64_t tokens);
+/* The same with --quantized-kv-start: the first full_positions positions (the
+ * blocks that start before the start, block-granular) cost full_bytes_per_token
+ * (f32), the rest kv_bytes_per_token. */
+uint64_t eng_admit_seq_kv_bytes_split(uint64_t kv_bytes_per_token, uint64_t full_bytes_per_token,
+                                      int64_t full_positions, int64_t tokens);
 /* Parses KILN_CONTEXT_LIMIT: NULL or "" = unset (*out 0); a positive integer
  * >= 2 (a context must hold a prompt token and a generated one) else KILN_E_INVALID. */
 kiln_code eng_admit_parse_limit(const char *s, int32_t *out, kiln_err *err);

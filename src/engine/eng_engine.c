@@ -85,6 +85,8 @@ struct eng_engine {
     eng_handle **owners;       /* OWNED [max_seqs]: the handle of each item */
     eng_stats stats;           /* under mu */
     uint64_t kv_running;       /* engine thread: projected KV of the running list */
+    int64_t kv_full_positions; /* --quantized-kv-start: positions stored f32 (block-granular) */
+    uint64_t kv_full_bpt;      /* ... at these bytes per token */
     int head_waiting;          /* engine thread: the head already counted as a kv-budget wait */
     int32_t leases;            /* under mu: execution leases held; no step starts while > 0 */
     int in_step;               /* under mu: the engine thread is between admission and step end */
@@ -264,7 +266,8 @@ static int64_t projected_tokens(const eng_engine *e, const eng_params *p)
 
 static uint64_t seq_projection(const eng_engine *e, const eng_params *p)
 {
-    return eng_admit_seq_kv_bytes(e->o.kv_bytes_per_token, projected_tokens(e, p));
+    return eng_admit_seq_kv_bytes_split(e->o.kv_bytes_per_token, e->kv_full_bpt,
+                                        e->kv_full_positions, projected_tokens(e, p));
 }
 
 static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *err)
@@ -293,10 +296,12 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
             return kiln_fail(
                 err, KILN_E_BUDGET,
                 "the request's projected KV cache (%d prompt + %d max_tokens = %lld tokens x "
-                "%llu bytes = %llu bytes) is over the --kv-budget of %llu bytes",
+                "%llu bytes%s = %llu bytes) is over the --kv-budget of %llu bytes",
                 (int)p->n_prompt, (int)p->max_tokens, (long long)projected_tokens(e, p),
-                (unsigned long long)e->o.kv_bytes_per_token, (unsigned long long)proj,
-                (unsigned long long)e->o.kv_budget_bytes);
+                (unsigned long long)e->o.kv_bytes_per_token,
+                e->kv_full_positions ? ", the f32 positions before --quantized-kv-start at more"
+                                     : "",
+                (unsigned long long)proj, (unsigned long long)e->o.kv_budget_bytes);
     }
     return eng_sampling_validate(&p->sp, vocab, err);
 }
@@ -963,6 +968,14 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     snprintf(e->stats.kv_format, sizeof e->stats.kv_format, "%s", rt->kv_desc);
     e->stats.kv_bytes_per_token =
         kv_pool_block_bytes(kv_pool_cfg(rt->kv)) / (uint64_t)rt->o.block_tokens;
+    /* --quantized-kv-start: a sequence's blocks that start before it are f32
+     * (kv_format_class); --kv-budget projections count them at that size */
+    for (int32_t j = 0; (int64_t)j * rt->o.block_tokens < rt->o.ctx &&
+                        kv_pool_class_of(rt->kv, j) == KV_CLASS_FULL;
+         j++)
+        e->kv_full_positions += rt->o.block_tokens;
+    e->kv_full_bpt =
+        kv_pool_class_bytes(kv_pool_cfg(rt->kv), KV_CLASS_FULL) / (uint64_t)rt->o.block_tokens;
     e->stats.kv = kv_pool_get_stats(rt->kv);
     if (o->ssd) { /* SSD tier: spill-on-evict + RAM-miss loads in the pool, write-behind here */
         kiln_err werr;

@@ -26,6 +26,10 @@
  *   QUEUED  -> (none)   writer_main()       a write failed: tier degraded, queue dropped
  *   ONDISK  -> (none)   evict_over_cap()    size cap, least recently used first
  *   ONDISK  -> (none)   quarantine()        a load found the entry corrupt
+ * The start-up scan (scan_dir) indexes only entries of this identity; a sound
+ * entry of the same model and tokenizer under another setting (KV format,
+ * adapters, block size) is never indexed and never touched (st.skipped), so
+ * switching settings back finds it; anything else that fails is quarantined.
  * Invariants:
  *   (1) an entry is in the map iff it is QUEUED (item != NULL) or ONDISK
  *   (2) ONDISK entries are on the LRU list exactly once; QUEUED ones are not
@@ -175,6 +179,15 @@ static int ident_eq(const kv_ssd_ident *a, const kv_ssd_ident *b)
 {
     return a->model_fp == b->model_fp && a->kv_format == b->kv_format && a->tok_fp == b->tok_fp &&
            a->adapter_ns == b->adapter_ns && a->block_tokens == b->block_tokens;
+}
+
+/* 1 when an entry was written by this model and tokenizer under another
+ * setting (KV format, adapter set, block size): valid for a server started
+ * with that setting, so the scan leaves it alone instead of quarantining it
+ * (switching --kv-quant back and forth must not cost the cache). */
+static int ident_other_setting(const kv_ssd_ident *a, const kv_ssd_ident *b)
+{
+    return a->model_fp == b->model_fp && a->tok_fp == b->tok_fp && !ident_eq(a, b);
 }
 
 /* Header checks that need no payload: identity, kind, key, file length. */
@@ -638,10 +651,13 @@ static int by_mtime(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Checks one file's header and length; KILN_OK when it may be indexed. */
+/* Checks one file's header and length; KILN_OK when it may be indexed.
+ * *other is set to 1 (with KILN_E_NOT_FOUND) for a sound entry of this model
+ * written under another setting: it is skipped, neither indexed nor moved. */
 static kiln_code scan_one(kv_ssd *s, const char *name, kv_ssd_kind kind, uint64_t key,
-                          uint64_t *size, double *mtime, kiln_err *err)
+                          uint64_t *size, double *mtime, int *other, kiln_err *err)
 {
+    *other = 0;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", s->dir, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -655,6 +671,15 @@ static kiln_code scan_one(kv_ssd *s, const char *name, kv_ssd_kind kind, uint64_
     kv_ssd_header h;
     kiln_code rc = kv_ssd_header_parse(hb, r < 0 ? 0 : (size_t)r, &h, err);
     if (rc) return rc;
+    /* framing first, against the entry's own identity: a truncated or
+     * misnamed entry is corrupt whatever setting wrote it */
+    if ((rc = header_check(&h, &h.id, kind, key, (uint64_t)sb.st_size, err))) return rc;
+    if (ident_other_setting(&h.id, &s->cfg.id)) {
+        *other = 1;
+        *size = (uint64_t)sb.st_size;
+        return kiln_fail(err, KILN_E_NOT_FOUND,
+                         "ssd entry: another KV format, adapter or block size");
+    }
     if ((rc = header_check(&h, &s->cfg.id, kind, key, (uint64_t)sb.st_size, err))) return rc;
     *size = (uint64_t)sb.st_size;
     *mtime = (double)sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9;
@@ -682,8 +707,14 @@ static kiln_code scan_dir(kv_ssd *s, kiln_err *err)
         double mtime = 0;
         if (parse_name(nm, &kind, &key) != 0) continue; /* lock, quarantine/, foreign files */
         kiln_err why;
-        if (scan_one(s, nm, kind, key, &size, &mtime, &why) != KILN_OK) {
-            quarantine_file(s, nm, why.msg);
+        int other;
+        if (scan_one(s, nm, kind, key, &size, &mtime, &other, &why) != KILN_OK) {
+            if (other) { /* this model under another setting: not ours to serve or move */
+                s->st.skipped++;
+                s->st.skipped_bytes += size;
+            } else {
+                quarantine_file(s, nm, why.msg);
+            }
             continue;
         }
         if (map_find(s, kind, key) >= 0) continue;
@@ -782,9 +813,9 @@ kiln_code kv_ssd_open(const kv_ssd_config *cfg, kv_ssd **out, kiln_err *err)
     s->thread_started = 1;
     KLOG_INFO("ssd",
               "opened dir=%s entries=%" PRIu64 " bytes=%" PRIu64 " quarantined=%" PRIu64
-              " scan_ms=%.1f cap_bytes=%" PRIu64,
-              s->dir, s->st.entries, s->st.bytes, s->st.quarantined, s->st.scan_s * 1e3,
-              cfg->max_bytes);
+              " skipped=%" PRIu64 " scan_ms=%.1f cap_bytes=%" PRIu64,
+              s->dir, s->st.entries, s->st.bytes, s->st.quarantined, s->st.skipped,
+              s->st.scan_s * 1e3, cfg->max_bytes);
     *out = s;
     return KILN_OK;
 fail:

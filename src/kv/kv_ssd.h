@@ -16,8 +16,12 @@
  * identity, adapter namespace, the key hash, block_tokens) and the payload
  * length, and the trailing XXH3-64 covers header and payload. Entries are
  * written atomically (temp file, fsync, rename, directory fsync). An entry that
- * fails any check (magic, version, header checksum, identity, length, payload
- * checksum) is moved to DIR/quarantine/ and counted, never served.
+ * fails any check (magic, version, header checksum, another model or
+ * tokenizer, length, payload checksum) is moved to DIR/quarantine/ and
+ * counted, never served. A sound entry of the same model and tokenizer under
+ * another setting (KV format, adapter set, block size) is skipped: not
+ * indexed, not moved, counted (skipped), so a server restarted with that
+ * setting finds it again.
  *
  * Threads: every function may be called from any thread (one mutex inside);
  * the writer thread does the file I/O of puts. kv_ssd_get reads the file on
@@ -72,6 +76,9 @@ typedef struct {
     uint64_t pending, pending_bytes;   /* queued, not yet durable */
     uint64_t written, dropped, failed; /* writes done / queue overflow / write errors */
     uint64_t quarantined, evicted;     /* bad entries moved aside / cap evictions */
+    uint64_t skipped, skipped_bytes;   /* start-up: sound entries of this model under another
+                                          setting (KV format, adapters, block size), left
+                                          on disk untouched, not counted in entries/bytes */
     int degraded;                      /* 1 after a write failure: no more persistence */
     double scan_s;                     /* the start-up index scan */
 } kv_ssd_stats;
@@ -82,7 +89,7 @@ typedef struct kv_ssd kv_ssd;
 kv_ssd_config kv_ssd_config_default(void); /* queue 2 GiB, no cap, no fault */
 /* Locks DIR (DIR/lock: a second process gets KILN_E_BUSY naming the holder),
  * removes stale temp files, indexes entries from their headers (bad ones are
- * quarantined), enforces the cap and starts the writer. *out is new:
+ * quarantined, other settings' skipped), enforces the cap and starts the writer. *out is new:
  * kv_ssd_close. */
 kiln_code kv_ssd_open(const kv_ssd_config *cfg, kv_ssd **out, kiln_err *err);
 /* Writes what is queued for at most drain_s seconds, stops the writer, drops

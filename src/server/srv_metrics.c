@@ -178,6 +178,9 @@ int srv_metrics_render(srv_metrics *m, const eng_stats *st, double uptime_s, srv
         rc |= put_counter(b, "kiln_ssd_cache_failed_total", "Failed writes.", d->failed);
         rc |= put_counter(b, "kiln_ssd_cache_quarantined_total", "Corrupt entries set aside.", d->quarantined);
         rc |= put_counter(b, "kiln_ssd_cache_evicted_total", "Entries evicted by the size cap.", d->evicted);
+        rc |= put_gauge(b, "kiln_ssd_cache_skipped",
+                        "Entries of another KV format/adapter/block size left on disk.",
+                        (double)d->skipped);
         rc |= put_gauge(b, "kiln_ssd_cache_degraded", "1 after a write failure stopped persistence.", d->degraded);
     }
     return rc;

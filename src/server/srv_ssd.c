@@ -22,6 +22,9 @@ json_t *srv_ssd_stats_json(const eng_stats *st)
     if (j) { /* generation checkpoints queued / requests resumed from one */
         json_object_set_new(j, "checkpoints_saved", json_integer((json_int_t)st->ckpt_saved));
         json_object_set_new(j, "checkpoints_resumed", json_integer((json_int_t)st->ckpt_resumed));
+        /* entries of this model under another KV format / adapters / block size */
+        json_object_set_new(j, "skipped", json_integer((json_int_t)s->skipped));
+        json_object_set_new(j, "skipped_bytes", json_integer((json_int_t)s->skipped_bytes));
     }
     return j;
 }

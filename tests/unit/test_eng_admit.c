@@ -121,6 +121,46 @@ static void test_every_counted_byte_is_inside_the_budget(void)
     }
 }
 
+/* --quantized-kv-start with a budget: the pool holds f32 blocks beside the
+ * quantized ones, and the plan must count them at their own size. (It used to
+ * count every block at the quantized size: with start 128 the pool came out
+ * at 2x what the budget left for it.) For every budget the whole plan stays
+ * inside it, one sequence of the planned context fits in each class, and the
+ * context is the largest that does (16 tokens more does not fit). */
+static void test_quantized_kv_start_plan_stays_inside_the_budget(void)
+{
+    if (!load()) TEST_SKIP("stories260K absent");
+    for (int32_t start = 32; start <= 512; start *= 4) {
+        for (uint64_t b = 3000000; b < 9000000; b += 555555) {
+            eng_admit_in in = eng_admit_in_default();
+            in.budget_bytes = b;
+            in.overhead_bytes = 2000000;
+            eng_runtime_opts o = opts(0, 2);
+            o.kv_quant = KV_QUANT_4;
+            o.kv_quant_start = start;
+            eng_admit_plan p;
+            kiln_err err;
+            kiln_code rc = eng_admit_compute(&cfg, weights, &o, &in, &p, &err);
+            if (rc == KILN_E_BUDGET) continue; /* too small for any context */
+            ASSERT_OK(rc);
+            ASSERT_TRUE(p.fit.total_bytes + p.overhead_bytes <= b);
+            ASSERT_TRUE(p.fit.kv_bytes_per_token_full > p.fit.kv_bytes_per_token);
+            int32_t need = (p.ctx + 15) / 16, need_full = (start + 15) / 16;
+            if (need_full > need) need_full = need;
+            ASSERT_TRUE(p.fit.o.n_blocks_full >= need_full);
+            ASSERT_TRUE(p.n_blocks - p.fit.o.n_blocks_full >= need - need_full);
+            if (p.source == ENG_LIMIT_BUDGET) { /* the budget narrowed it: 16 more do not fit */
+                eng_runtime_opts o2 = o;
+                o2.ctx = p.ctx + 16;
+                o2.n_blocks = need + 1;
+                eng_fit f;
+                eng_fit_compute(&cfg, weights, &o2, &f);
+                ASSERT_TRUE(f.total_bytes + in.overhead_bytes > b);
+            }
+        }
+    }
+}
+
 static void test_model_alone_over_the_budget_is_refused_with_numbers(void)
 {
     if (!load()) TEST_SKIP("stories260K absent");
@@ -184,6 +224,11 @@ static void test_seq_projection_and_overhead(void)
 {
     ASSERT_EQ_U64(eng_admit_seq_kv_bytes(6144, 128), 786432);
     ASSERT_EQ_U64(eng_admit_seq_kv_bytes(6144, 0), 0);
+    /* --quantized-kv-start 32 at 16 tokens a block: 32 positions at f32 */
+    ASSERT_EQ_U64(eng_admit_seq_kv_bytes_split(640, 2048, 32, 100), 32 * 2048 + 68 * 640);
+    ASSERT_EQ_U64(eng_admit_seq_kv_bytes_split(640, 2048, 32, 20), 20 * 2048);
+    ASSERT_EQ_U64(eng_admit_seq_kv_bytes_split(640, 2048, 0, 100), 100 * 640);
+    ASSERT_EQ_U64(eng_admit_seq_kv_bytes_split(640, 2048, 32, 0), 0);
     ASSERT_EQ_U64(eng_admit_overhead_bytes(1000, 100, 0, 2),
                   (16u << 20) + 10000 + 400 + (2u << 20));
 }
@@ -221,6 +266,7 @@ int main(void)
     RUN(test_budget_that_exactly_fits_a_context);
     RUN(test_every_counted_byte_is_inside_the_budget);
     RUN(test_model_alone_over_the_budget_is_refused_with_numbers);
+    RUN(test_quantized_kv_start_plan_stays_inside_the_budget);
     RUN(test_context_limit_env_narrows_never_enlarges);
     RUN(test_parse_context_limit);
     RUN(test_seq_projection_and_overhead);

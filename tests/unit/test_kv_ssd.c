@@ -1,6 +1,7 @@
 /*
  * test_kv_ssd.c — the SSD tier: round trips, restart indexing, corrupt entries
- * (flipped byte, truncation, wrong model, wrong version) quarantined, the size
+ * (flipped byte, truncation, wrong model, wrong version) quarantined, entries
+ * of another KV format / adapter set / block size skipped and kept, the size
  * cap's LRU eviction, the directory lock, the bounded queue, write failures.
  */
 #include "kv/kv_ssd.h"
@@ -210,13 +211,74 @@ static void test_entries_of_another_model_are_quarantined(void)
     kv_ssd_stats st = kv_ssd_get_stats(s);
     ASSERT_EQ_U64(st.entries, 0);
     ASSERT_EQ_U64(st.quarantined, 3);
+    ASSERT_EQ_U64(st.skipped, 0);
     kv_ssd_close(s, 1);
-    /* tokenizer identity and block size are part of the key too */
+    /* the tokenizer identity is part of the model's identity */
     seed_entries(dir, 2);
     other = ID;
-    other.block_tokens = 32;
+    other.tok_fp ^= 1;
     s = open_dir(dir, other, 0);
     ASSERT_EQ_U64(kv_ssd_get_stats(s).quarantined, 2);
+    kv_ssd_close(s, 1);
+}
+
+/* Entries of the same model under another setting (KV format, adapter set,
+ * block size) are skipped at start-up: not served, not moved, counted; a
+ * server back on the first setting finds them all. Corrupt ones of another
+ * setting are still quarantined. */
+static void test_entries_of_another_setting_are_skipped_not_quarantined(void)
+{
+    const char *dir = fresh_dir("setting");
+    kiln_err err;
+    seed_entries(dir, 3);
+    uint64_t one = KV_SSD_HEADER_BYTES + BLK + KV_SSD_TRAILER_BYTES;
+    kv_ssd_ident q4 = ID;
+    q4.kv_format ^= 0x40; /* --kv-quant 4 instead */
+    kv_ssd *s = open_dir(dir, q4, 0);
+    ASSERT_TRUE(s != NULL);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.entries, 0);
+    ASSERT_EQ_U64(st.quarantined, 0);
+    ASSERT_EQ_U64(st.skipped, 3);
+    ASSERT_EQ_U64(st.skipped_bytes, 3 * one);
+    uint8_t b[BLK], want[BLK];
+    ASSERT_CODE(kv_ssd_get(s, KV_SSD_BLOCK, 1, b, BLK, &err), KILN_E_NOT_FOUND); /* never served */
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_BLOCK, 2));
+    fill(b, 9); /* this setting writes its own entries beside them */
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 0x99, b, BLK), 1);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    kv_ssd_close(s, 1);
+    /* adapters and block size are settings too */
+    kv_ssd_ident ad = ID, bt = ID;
+    ad.adapter_ns = 5;
+    bt.block_tokens = 32;
+    s = open_dir(dir, ad, 0);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).skipped, 4);
+    kv_ssd_close(s, 1);
+    s = open_dir(dir, bt, 0);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).skipped, 4);
+    kv_ssd_close(s, 1);
+    /* back on the first setting: all three are there and load */
+    s = open_dir(dir, ID, 0);
+    st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.entries, 3);
+    ASSERT_EQ_U64(st.skipped, 1); /* the q4 entry */
+    ASSERT_EQ_U64(st.quarantined, 0);
+    for (int i = 1; i <= 3; i++) {
+        fill(want, i);
+        ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, (uint64_t)i, b, BLK, &err));
+        ASSERT_TRUE(memcmp(b, want, BLK) == 0);
+    }
+    kv_ssd_close(s, 1);
+    /* a truncated entry of another setting is corrupt, not "another setting" */
+    char p[600];
+    path_of(p, sizeof p, dir, 0x99);
+    ASSERT_TRUE(truncate(p, 200) == 0);
+    s = open_dir(dir, ID, 0);
+    st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.skipped, 0);
+    ASSERT_EQ_U64(st.quarantined, 1);
+    ASSERT_EQ_U64(st.entries, 3);
     kv_ssd_close(s, 1);
 }
 
@@ -451,6 +513,7 @@ int main(void)
     RUN(test_queued_entry_is_served_before_it_is_written);
     RUN(test_corrupt_entries_are_quarantined_never_served);
     RUN(test_entries_of_another_model_are_quarantined);
+    RUN(test_entries_of_another_setting_are_skipped_not_quarantined);
     RUN(test_size_cap_evicts_least_recently_used);
     RUN(test_second_process_is_refused_by_the_lock);
     RUN(test_full_queue_drops_oldest_not_in_flight);
