@@ -152,6 +152,55 @@ static void test_validation_names_the_field(void)
     ASSERT_OK(eng_sampling_validate(&sp, 10, &err));
 }
 
+
+/* A flat distribution over a large vocabulary (most of it within the candidate
+ * window): the selected prefix must equal what a full sort gives. */
+static void test_selection_equals_full_sort_on_flat_logits(void)
+{
+    enum { V = 3000 };
+    static float l[V], keep[V];
+    uint32_t x = 12345;
+    for (int i = 0; i < V; i++) {
+        x = x * 1664525u + 1013904223u;
+        l[i] = (float)(x >> 20) / 4096.0f; /* [0, 1): many exact ties */
+    }
+    memcpy(keep, l, sizeof l);
+    /* reference: the 5 best by (logit desc, id asc), by repeated scans */
+    int32_t ref[5];
+    for (int k = 0; k < 5; k++) {
+        int32_t b = -1;
+        for (int32_t i = 0; i < V; i++) {
+            int used = 0;
+            for (int j = 0; j < k; j++) used |= ref[j] == i;
+            if (!used && (b < 0 || l[i] > l[b])) b = i;
+        }
+        ref[k] = b;
+    }
+    eng_sampling sp = eng_sampling_default();
+    sp.top_logprobs = 5;
+    eng_rng r;
+    eng_rng_seed(&r, 3);
+    eng_sample_out o;
+    static alignas(64) unsigned char big[1 << 17];
+    ASSERT_EQ_I64(eng_sample_row(&sp, l, V, NULL, 0, &r, big, &o), ref[0]);
+    ASSERT_EQ_I64(o.n_top, 5);
+    for (int k = 0; k < 5; k++) ASSERT_EQ_I64(o.top_ids[k], ref[k]);
+    /* top_k sampling draws only from the k best, and not always the first */
+    sp.temperature = 1.0f;
+    sp.top_logprobs = 0;
+    sp.top_k = 5;
+    int firsts = 0;
+    for (int t = 0; t < 200; t++) {
+        memcpy(l, keep, sizeof l);
+        int32_t tok = eng_sample_row(&sp, l, V, NULL, 0, &r, big, NULL);
+        int in = 0;
+        for (int k = 0; k < 5; k++) in |= tok == ref[k];
+        ASSERT_TRUE(in);
+        firsts += tok == ref[0];
+    }
+    ASSERT_TRUE(firsts > 0 && firsts < 200);
+}
+
 int main(void)
 {
     RUN(test_greedy_picks_lowest_id_on_ties);
@@ -162,5 +211,6 @@ int main(void)
     RUN(test_penalties_and_bias_change_the_pick);
     RUN(test_top_logprobs_are_sorted);
     RUN(test_validation_names_the_field);
+    RUN(test_selection_equals_full_sort_on_flat_logits);
     return TEST_DONE();
 }
