@@ -19,32 +19,10 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include "util/kiln_le.h"
+
 #define HDR 56
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 static void upd(XXH3_state_t *st, const void *p, size_t n)
 {
@@ -86,14 +64,14 @@ kiln_code eng_ckpt_encode(const eng_ckpt *ck, uint8_t **out, size_t *n, kiln_err
     uint8_t *b = malloc(len);
     if (!b) return kiln_fail(err, KILN_E_NOMEM, "checkpoint: out of memory");
     memcpy(b, "KCKP", 4);
-    put_u32(b + 4, ENG_CKPT_ABI);
-    put_u64(b + 8, ck->id);
-    put_u32(b + 16, (uint32_t)ck->n_prompt);
-    put_u32(b + 20, (uint32_t)ck->n_gen);
+    kiln_put_le32(b + 4, ENG_CKPT_ABI);
+    kiln_put_le64(b + 8, ck->id);
+    kiln_put_le32(b + 16, (uint32_t)ck->n_prompt);
+    kiln_put_le32(b + 20, (uint32_t)ck->n_gen);
     for (int i = 0; i < 4; i++)
-        put_u64(b + 24 + 8 * i, ck->rng.s[i]);
+        kiln_put_le64(b + 24 + 8 * i, ck->rng.s[i]);
     for (int32_t i = 0; i < ck->n_gen; i++)
-        put_u32(b + HDR + 4 * (size_t)i, (uint32_t)ck->gen[i]);
+        kiln_put_le32(b + HDR + 4 * (size_t)i, (uint32_t)ck->gen[i]);
     *out = b;
     *n = len;
     return KILN_OK;
@@ -104,20 +82,20 @@ kiln_code eng_ckpt_decode(const uint8_t *b, size_t n, eng_ckpt *ck, kiln_err *er
     memset(ck, 0, sizeof *ck);
     if (n < HDR || memcmp(b, "KCKP", 4) != 0)
         return kiln_fail(err, KILN_E_CORRUPT, "checkpoint: bad magic or size");
-    if (get_u32(b + 4) != ENG_CKPT_ABI)
+    if (kiln_get_le32(b + 4) != ENG_CKPT_ABI)
         return kiln_fail(err, KILN_E_CORRUPT, "checkpoint: engine state ABI %u, expected %u",
-                         get_u32(b + 4), ENG_CKPT_ABI);
-    ck->id = get_u64(b + 8);
-    ck->n_prompt = (int32_t)get_u32(b + 16);
-    ck->n_gen = (int32_t)get_u32(b + 20);
+                         kiln_get_le32(b + 4), ENG_CKPT_ABI);
+    ck->id = kiln_get_le64(b + 8);
+    ck->n_prompt = (int32_t)kiln_get_le32(b + 16);
+    ck->n_gen = (int32_t)kiln_get_le32(b + 20);
     if (ck->n_prompt < 1 || ck->n_gen < 1 || (n - HDR) / 4 != (size_t)ck->n_gen || (n - HDR) % 4)
         return kiln_fail(err, KILN_E_CORRUPT, "checkpoint: bad token counts");
     for (int i = 0; i < 4; i++)
-        ck->rng.s[i] = get_u64(b + 24 + 8 * i);
+        ck->rng.s[i] = kiln_get_le64(b + 24 + 8 * i);
     ck->gen = malloc(sizeof(int32_t) * (size_t)ck->n_gen);
     if (!ck->gen) return kiln_fail(err, KILN_E_NOMEM, "checkpoint: out of memory");
     for (int32_t i = 0; i < ck->n_gen; i++)
-        ck->gen[i] = (int32_t)get_u32(b + HDR + 4 * (size_t)i);
+        ck->gen[i] = (int32_t)kiln_get_le32(b + HDR + 4 * (size_t)i);
     return KILN_OK;
 }
 

@@ -55,6 +55,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "util/kiln_le.h"
+
 static const uint8_t MAGIC[8] = {'K', 'I', 'L', 'N', 'K', 'V', 'S', 0};
 
 /* ---------------------------------------------------------------- types */
@@ -102,49 +104,22 @@ struct kv_ssd {
     kv_ssd_stats st;
 };
 
-/* ---------------------------------------------------------------- little-endian */
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 /* ---------------------------------------------------------------- format */
 
 void kv_ssd_header_write(uint8_t *b, const kv_ssd_header *h)
 {
     memset(b, 0, KV_SSD_HEADER_BYTES);
     memcpy(b, MAGIC, 8);
-    put_u32(b + 8, h->version);
-    put_u32(b + 12, (uint32_t)h->kind);
-    put_u64(b + 16, h->id.model_fp);
-    put_u64(b + 24, h->id.kv_format);
-    put_u64(b + 32, h->id.tok_fp);
-    put_u64(b + 40, h->id.adapter_ns);
-    put_u64(b + 48, h->key);
-    put_u32(b + 56, h->id.block_tokens);
-    put_u64(b + 64, h->payload_len);
-    put_u64(b + 72, XXH3_64bits(b, 72));
+    kiln_put_le32(b + 8, h->version);
+    kiln_put_le32(b + 12, (uint32_t)h->kind);
+    kiln_put_le64(b + 16, h->id.model_fp);
+    kiln_put_le64(b + 24, h->id.kv_format);
+    kiln_put_le64(b + 32, h->id.tok_fp);
+    kiln_put_le64(b + 40, h->id.adapter_ns);
+    kiln_put_le64(b + 48, h->key);
+    kiln_put_le32(b + 56, h->id.block_tokens);
+    kiln_put_le64(b + 64, h->payload_len);
+    kiln_put_le64(b + 72, XXH3_64bits(b, 72));
 }
 
 kiln_code kv_ssd_header_parse(const uint8_t *b, size_t n, kv_ssd_header *h, kiln_err *err)
@@ -153,22 +128,22 @@ kiln_code kv_ssd_header_parse(const uint8_t *b, size_t n, kv_ssd_header *h, kiln
     if (n < KV_SSD_HEADER_BYTES)
         return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: %zu bytes is shorter than a header", n);
     if (memcmp(b, MAGIC, 8) != 0) return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: bad magic");
-    if (get_u64(b + 72) != XXH3_64bits(b, 72))
+    if (kiln_get_le64(b + 72) != XXH3_64bits(b, 72))
         return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: header checksum mismatch");
-    h->version = get_u32(b + 8);
+    h->version = kiln_get_le32(b + 8);
     if (h->version != KV_SSD_VERSION)
         return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: format version %u, expected %u",
                          h->version, KV_SSD_VERSION);
-    uint32_t kind = get_u32(b + 12);
+    uint32_t kind = kiln_get_le32(b + 12);
     if (kind > KV_SSD_CKPT) return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: kind %u", kind);
     h->kind = (kv_ssd_kind)kind;
-    h->id.model_fp = get_u64(b + 16);
-    h->id.kv_format = get_u64(b + 24);
-    h->id.tok_fp = get_u64(b + 32);
-    h->id.adapter_ns = get_u64(b + 40);
-    h->key = get_u64(b + 48);
-    h->id.block_tokens = get_u32(b + 56);
-    h->payload_len = get_u64(b + 64);
+    h->id.model_fp = kiln_get_le64(b + 16);
+    h->id.kv_format = kiln_get_le64(b + 24);
+    h->id.tok_fp = kiln_get_le64(b + 32);
+    h->id.adapter_ns = kiln_get_le64(b + 40);
+    h->key = kiln_get_le64(b + 48);
+    h->id.block_tokens = kiln_get_le32(b + 56);
+    h->payload_len = kiln_get_le64(b + 64);
     if (h->payload_len > KV_SSD_MAX_PAYLOAD)
         return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: payload of %" PRIu64 " bytes",
                          h->payload_len);
@@ -215,7 +190,7 @@ kiln_code kv_ssd_entry_check(const uint8_t *buf, size_t n, const kv_ssd_ident *i
     if (rc) return rc;
     if ((rc = header_check(&h, id, kind, key, n, err))) return rc;
     size_t body = KV_SSD_HEADER_BYTES + (size_t)h.payload_len;
-    if (get_u64(buf + body) != XXH3_64bits(buf, body))
+    if (kiln_get_le64(buf + body) != XXH3_64bits(buf, body))
         return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: payload checksum mismatch");
     *payload = buf + KV_SSD_HEADER_BYTES;
     *payload_len = (size_t)h.payload_len;
@@ -592,7 +567,7 @@ static void *writer_main(void *arg)
                            .payload_len = it->bytes};
         kv_ssd_header_write(it->buf, &h);
         size_t body = KV_SSD_HEADER_BYTES + it->bytes;
-        put_u64(it->buf + body, XXH3_64bits(it->buf, body));
+        kiln_put_le64(it->buf + body, XXH3_64bits(it->buf, body));
         int e = fail ? ENOSPC : write_entry(s, kind, key, it->buf, body + KV_SSD_TRAILER_BYTES);
         pthread_mutex_lock(&s->mu);
         queue_unlink(s, it);

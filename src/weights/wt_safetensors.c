@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/kiln_le.h"
 #include "util/kiln_math.h"
 #include "util/plat.h"
 
@@ -91,14 +92,6 @@ int wt_dtype_parse(const char *s, wt_dtype *out)
 }
 
 /* --------------------------------------------------------------- helpers */
-
-static uint64_t load_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static char *dup_str(const char *s)
 {
@@ -325,7 +318,7 @@ static kiln_code st_parse(wt_st *st, const uint8_t *bytes, size_t size, kiln_err
         return kiln_fail(err, KILN_E_CORRUPT,
                          "%s: truncated: %zu bytes, too short for the 8-byte header length",
                          st->path, size);
-    uint64_t hlen = load_le64(bytes);
+    uint64_t hlen = kiln_get_le64(bytes);
     if (hlen > (uint64_t)size - 8)
         return kiln_fail(err, KILN_E_CORRUPT,
                          "%s: header length %" PRIu64 " runs past the end of the %zu-byte file",
