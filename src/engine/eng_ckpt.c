@@ -23,7 +23,6 @@
 
 #define HDR 56
 
-
 static void upd(XXH3_state_t *st, const void *p, size_t n)
 {
     XXH3_64bits_update(st, p, n);
