@@ -826,6 +826,7 @@ static void *engine_main(void *arg)
         if (stopping) break;
         drop_cancelled(e);
         drop_cancelled_waiting(e);
+        if (e->ssdw) eng_ssd_step_begin(e->ssdw);
         engine_admit(e);
         drop_cancelled(e);
         engine_step(e);

@@ -60,7 +60,7 @@ void eng_ssd_free(eng_ssd *w)
 
 /* Queues published blocks not yet in the tier, from the cursor, at most max
  * (< 0: all). Returns blocks queued; *ended set when the walk reached the end. */
-static uint64_t walk(eng_ssd *w, int max, int *ended)
+static uint64_t walk(eng_ssd *w, int max, int *ended, int background)
 {
     uint64_t queued = 0;
     int seen = 0;
@@ -77,7 +77,9 @@ static uint64_t walk(eng_ssd *w, int max, int *ended)
         if (kv_ssd_has(w->ssd, KV_SSD_BLOCK, h)) continue;
         size_t n;
         const void *d = kv_pool_block_data(w->kv, b, &n);
-        if (kv_ssd_put(w->ssd, KV_SSD_BLOCK, h, d, n) == 1) queued++;
+        int r = background ? kv_ssd_put_background(w->ssd, KV_SSD_BLOCK, h, d, n)
+                           : kv_ssd_put(w->ssd, KV_SSD_BLOCK, h, d, n);
+        if (r == 1) queued++;
     }
 }
 
@@ -100,6 +102,7 @@ int eng_ssd_wait_ms(eng_ssd *w)
 
 void eng_ssd_work(eng_ssd *w, bool idle)
 {
+    kv_ssd_set_busy(w->ssd, !idle); /* background writes wait while steps run */
     uint64_t req = atomic_load(&w->flush_req);
     pthread_mutex_lock(&w->mu);
     uint64_t done = w->flush_done;
@@ -108,7 +111,8 @@ void eng_ssd_work(eng_ssd *w, bool idle)
         int ended;
         w->cursor = 0;
         w->in_pass = 0;
-        uint64_t q = walk(w, -1, &ended);
+        kv_ssd_promote(w->ssd); /* write-behind already queued goes now too */
+        uint64_t q = walk(w, -1, &ended, 0);
         w->cursor = 0;
         pthread_mutex_lock(&w->mu);
         w->flush_done = req;
@@ -124,12 +128,17 @@ void eng_ssd_work(eng_ssd *w, bool idle)
         w->pass_gen = kv_pool_publish_gen(w->kv);
     }
     int ended;
-    walk(w, SLICE_BLOCKS, &ended);
+    walk(w, SLICE_BLOCKS, &ended, 1);
     if (ended) {
         w->in_pass = 0;
         w->cursor = 0;
         if (kv_pool_publish_gen(w->kv) == w->pass_gen) w->clean_gen = w->pass_gen;
     }
+}
+
+void eng_ssd_step_begin(eng_ssd *w)
+{
+    kv_ssd_set_busy(w->ssd, 1);
 }
 
 uint64_t eng_ssd_flush_request(eng_ssd *w)

@@ -43,6 +43,8 @@ void eng_ssd_free(eng_ssd *w); /* NULL is a no-op */
 int eng_ssd_wait_ms(eng_ssd *w);
 /* Engine thread, between steps: completes a requested flush pass (always) and
  * queues a bounded slice of write-behind (only when idle). */
+/* Before a step: background writes hold off until the engine is idle again. */
+void eng_ssd_step_begin(eng_ssd *w);
 void eng_ssd_work(eng_ssd *w, bool idle);
 /* Any thread: asks for a flush pass; returns its ticket. The caller wakes the engine. */
 uint64_t eng_ssd_flush_request(eng_ssd *w);

@@ -66,6 +66,7 @@ struct item {
     item *prev, *next; /* queue order: head = oldest */
     int32_t entry;     /* index into s->ent */
     int in_flight;     /* the writer has it (unlocked) */
+    int background;    /* write-behind: written only while the engine is idle */
     size_t bytes;      /* payload bytes */
     uint8_t *buf;      /* OWNED header + payload + trailer */
 };
@@ -93,6 +94,7 @@ struct kv_ssd {
     pthread_t thread;
     int thread_started, stopping;
     int paused; /* test hook: kv_ssd_pause_writer */
+    int busy;   /* kv_ssd_set_busy: the engine is stepping; background items wait */
     entry *ent; /* OWNED [n_ent_cap] */
     int32_t n_ent_cap, free_head;
     int32_t *map; /* OWNED [map_cap] open addressing: -1 empty, -2 tombstone */
@@ -546,7 +548,7 @@ static void *writer_main(void *arg)
     pthread_mutex_lock(&s->mu);
     for (;;) {
         item *it = s->paused ? NULL : s->q_head;
-        while (it && it->in_flight)
+        while (it && (it->in_flight || (it->background && s->busy)))
             it = it->next;
         if (!it) {
             if (s->stopping) break;
@@ -868,7 +870,41 @@ static int stash_newer(kv_ssd *s, int32_t e, const void *data, size_t bytes)
     return 1;
 }
 
+static int put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size_t bytes,
+               int background);
+
 int kv_ssd_put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size_t bytes)
+{
+    return put(s, kind, key, data, bytes, 0);
+}
+
+int kv_ssd_put_background(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data,
+                          size_t bytes)
+{
+    return put(s, kind, key, data, bytes, 1);
+}
+
+void kv_ssd_set_busy(kv_ssd *s, int busy)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->busy != busy) {
+        s->busy = busy;
+        if (!busy) pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void kv_ssd_promote(kv_ssd *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (item *it = s->q_head; it; it = it->next)
+        it->background = 0;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size_t bytes,
+               int background)
 {
     pthread_mutex_lock(&s->mu);
     int r = 0;
@@ -904,6 +940,7 @@ int kv_ssd_put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size
     it->buf = buf;
     it->bytes = bytes;
     it->entry = e;
+    it->background = background;
     s->ent[e].state = ST_QUEUED;
     s->ent[e].q = it;
     it->prev = s->q_tail;

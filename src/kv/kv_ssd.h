@@ -101,6 +101,15 @@ int kv_ssd_has(kv_ssd *s, kv_ssd_kind kind, uint64_t key);
  * there, -1 when refused (degraded, or larger than the queue). A full queue
  * drops its oldest items not being written (counted in dropped). */
 int kv_ssd_put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size_t bytes);
+/* kv_ssd_put for write-behind: the writer takes such an item only while the
+ * engine is not busy (kv_ssd_set_busy), so persistence never competes with a
+ * step for the CPU; evictions, checkpoints and flushes use kv_ssd_put. */
+int kv_ssd_put_background(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data,
+                          size_t bytes);
+/* The engine says whether steps are running (1) or it is idle (0). */
+void kv_ssd_set_busy(kv_ssd *s, int busy);
+/* Every queued background item becomes a normal one (a flush wants them now). */
+void kv_ssd_promote(kv_ssd *s);
 /* Reads and verifies an entry into dst (exactly `bytes` long). KILN_E_NOT_FOUND
  * on a miss; a corrupt entry is quarantined and reported as KILN_E_NOT_FOUND
  * too (err says why). Queued entries are served from memory. Block gets count
