@@ -30,6 +30,20 @@ trap e2e_cleanup EXIT
 
 e2e_skip() { echo "SKIP: $*"; echo "0 passed, 0 failed"; exit 0; }
 
+# Prints the path of the shared llama "small" f32 test model, generating it once
+# per build dir (atomically: concurrent tests race on the rename, not the files);
+# skips the test when it cannot be made.
+e2e_small_model() {
+  local m="$KILN_BINARY_DIR/test-models/e2e-llama-small-f32"
+  if [ ! -f "$m/model.safetensors" ]; then
+    mkdir -p "$KILN_BINARY_DIR/test-models"
+    "$KILN_SOURCE_DIR/tools/make-test-model" --arch llama --dtype f32 --shape small --out "$m.tmp$$" >/dev/null &&
+      { mv -T "$m.tmp$$" "$m" 2>/dev/null || rm -rf "$m.tmp$$"; }
+  fi
+  [ -f "$m/model.safetensors" ] || return 1
+  echo "$m"
+}
+
 e2e_need() {
   [ -x "$KILN_BIN" ] || e2e_skip "no kiln binary at $KILN_BIN"
   command -v curl >/dev/null || e2e_skip "curl is not installed"

@@ -9,13 +9,7 @@
 e2e_need
 PY=/usr/bin/python3
 REQ="$E2E_DIR/ssd_req.py"
-MODEL="$KILN_BINARY_DIR/test-models/e2e-llama-small-f32"
-if [ ! -f "$MODEL/model.safetensors" ]; then
-  mkdir -p "$KILN_BINARY_DIR/test-models"
-  "$KILN_SOURCE_DIR/tools/make-test-model" --arch llama --dtype f32 --shape small --out "$MODEL.tmp$$" >/dev/null &&
-    { mv -T "$MODEL.tmp$$" "$MODEL" 2>/dev/null || rm -rf "$MODEL.tmp$$"; }
-fi
-[ -f "$MODEL/model.safetensors" ] || e2e_skip "cannot make the test model"
+MODEL=$(e2e_small_model) || e2e_skip "cannot make the test model"
 DIR="$E2E_TMP/ssd"
 j() { $PY -c "import json,sys; print(json.loads(sys.argv[1])$2)" "$1"; }
 stat_ssd() { curl -s "$1/stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['ssd_cache']['$2'])"; }
