@@ -3,7 +3,8 @@
  * streaming-read memory bandwidth probe (1 GiB, kn_dot over pages, pool threads). Prints one
  * key=value line per configuration; never passes or fails on time.
  *
- *   bench_matmul [--quick] [--cold] [--no-membw] [--isa ref|avx2|auto] [--threads N] [--reps N]
+ *   bench_matmul [--quick] [--cold] [--no-membw] [--isa ref|avx2|auto] [--matmul exact|int8]
+ * [--threads N] [--reps N]
  * [--fmt NAME]
  *                [--m ROWS] [--k COLS] [--n TOKENS[,TOKENS...]]
  *   --cold cycles through enough copies of the matrix (>= 256 MiB) that each
@@ -45,7 +46,8 @@ static double membw(kn_pool *pool, size_t bytes, int reps)
 {
     float *buf = malloc(bytes);
     if (!buf) return 0;
-    for (size_t i = 0; i < bytes / 4; i++) buf[i] = (float)(i & 1023) * 1e-3f;
+    for (size_t i = 0; i < bytes / 4; i++)
+        buf[i] = (float)(i & 1023) * 1e-3f;
     bw_ctx c;
     memset(&c, 0, sizeof c);
     c.buf = buf;
@@ -91,7 +93,8 @@ static void fill_mat(kn_mat *m, void **w, void **s, void **b)
     uint64_t bytes = kn_mat_bytes(m);
     *w = malloc(bytes);
     uint32_t *u = *w;
-    for (uint64_t i = 0; i < bytes / 4; i++) u[i] = rnd32() & 0x3f7f3f7fu; /* finite halves */
+    for (uint64_t i = 0; i < bytes / 4; i++)
+        u[i] = rnd32() & 0x3f7f3f7fu; /* finite halves */
     *s = *b = NULL;
     if (m->fmt == KN_QAFFINE) {
         uint64_t ng = (uint64_t)m->rows * (uint64_t)(m->cols / m->group);
@@ -127,26 +130,34 @@ int main(int argc, char **argv)
     int quick = 0, threads = 2, cold = 0, reps_min = 3, no_membw = 0;
     int64_t only_m = 0, only_k = 0, ns[8] = {1, 64};
     int n_ns = 2;
-    const char *isa = "auto", *only = NULL;
+    const char *isa = "auto", *only = NULL, *mm_mode = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
         else if (strcmp(argv[i], "--cold") == 0)
             cold = 1;
         else if (strcmp(argv[i], "--no-membw") == 0)
             no_membw = 1;
-        else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa = argv[++i];
-        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc)
+            isa = argv[++i];
+        else if (strcmp(argv[i], "--matmul") == 0 && i + 1 < argc)
+            mm_mode = argv[++i];
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps_min = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--fmt") == 0 && i + 1 < argc) only = argv[++i];
-        else if (strcmp(argv[i], "--m") == 0 && i + 1 < argc) only_m = atoll(argv[++i]);
+        else if (strcmp(argv[i], "--fmt") == 0 && i + 1 < argc)
+            only = argv[++i];
+        else if (strcmp(argv[i], "--m") == 0 && i + 1 < argc)
+            only_m = atoll(argv[++i]);
         else if (strcmp(argv[i], "--k") == 0 && i + 1 < argc)
             only_k = atoll(argv[++i]);
         else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
             n_ns = parse_list(argv[++i], ns, 8);
         else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--cold] [--no-membw] [--isa ref|avx2|auto] [--threads N] "
+                    "usage: %s [--quick] [--cold] [--no-membw] [--isa ref|avx2|auto] [--matmul "
+                    "exact|int8] [--threads N] "
                     "[--reps N]\n"
                     "          [--fmt NAME] [--m ROWS] [--k COLS] [--n TOKENS[,TOKENS...]]\n",
                     argv[0]);
@@ -154,7 +165,7 @@ int main(int argc, char **argv)
         }
     }
     kiln_err err;
-    if (kn_init(isa, &err) != KILN_OK) {
+    if (kn_init_mode(isa, mm_mode, &err) != KILN_OK) {
         fprintf(stderr, "bench_matmul: %s\n", err.msg);
         return 1;
     }
@@ -170,9 +181,10 @@ int main(int argc, char **argv)
                bw);
     fflush(stdout);
 
-    static const fmt_case fmts[] = {{"f32", KN_F32, 0},     {"bf16", KN_BF16, 0}, {"f16", KN_F16, 0},
-                                    {"q8", KN_QAFFINE, 8},  {"q6", KN_QAFFINE, 6}, {"q5", KN_QAFFINE, 5},
-                                    {"q4", KN_QAFFINE, 4},  {"q3", KN_QAFFINE, 3}, {"q2", KN_QAFFINE, 2}};
+    static const fmt_case fmts[] = {
+        {"f32", KN_F32, 0},    {"bf16", KN_BF16, 0},  {"f16", KN_F16, 0},
+        {"q8", KN_QAFFINE, 8}, {"q6", KN_QAFFINE, 6}, {"q5", KN_QAFFINE, 5},
+        {"q4", KN_QAFFINE, 4}, {"q3", KN_QAFFINE, 3}, {"q2", KN_QAFFINE, 2}};
     /* Llama-3.2-1B: q/o, k/v, gate/up, down, lm_head ([rows = out, cols = in]) */
     static const int64_t shapes[][2] = {
         {2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
@@ -180,8 +192,11 @@ int main(int argc, char **argv)
     for (size_t f = 0; f < sizeof fmts / sizeof *fmts; f++) {
         if (only && strcmp(only, fmts[f].name) != 0) continue;
         for (int si = 0; si < n_shapes; si++) {
-            kn_mat m = {.fmt = fmts[f].fmt, .rows = shapes[si][0], .cols = shapes[si][1],
-                        .bits = fmts[f].bits, .group = 64};
+            kn_mat m = {.fmt = fmts[f].fmt,
+                        .rows = shapes[si][0],
+                        .cols = shapes[si][1],
+                        .bits = fmts[f].bits,
+                        .group = 64};
             if (quick) m.rows = 256;
             if (m.fmt == KN_F32 && m.rows > 100000) continue; /* 1 GiB: skip */
             if (only_m && m.rows != only_m) continue;
@@ -201,9 +216,11 @@ int main(int argc, char **argv)
                 int64_t n = ns[ni];
                 if (quick && n > 8) n = 8;
                 float *x = malloc((size_t)(n * m.cols) * 4), *y = malloc((size_t)(n * m.rows) * 4);
-                for (int64_t i = 0; i < n * m.cols; i++) x[i] = (float)(rnd32() % 1000) * 1e-3f - 0.5f;
+                for (int64_t i = 0; i < n * m.cols; i++)
+                    x[i] = (float)(rnd32() % 1000) * 1e-3f - 0.5f;
                 kn_matmul(pool, &mc[0], x, n, y); /* warm */
-                double min_s = quick ? 0.02 : (n == 1 ? 0.5 : 1.0), best = 1e30, total = 0, best_cpu = 1e30;
+                double min_s = quick ? 0.02 : (n == 1 ? 0.5 : 1.0), best = 1e30, total = 0,
+                       best_cpu = 1e30;
                 int reps = 0, ci = 0;
                 while (total < min_s || reps < reps_min) {
                     double c0 = cpu_now(), t0 = plat_now();

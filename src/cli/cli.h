@@ -29,11 +29,14 @@ int cli_parse_ids(const char *verb, const char *s, int32_t **out, int32_t *n);
 /* Prints "kiln VERB: msg" to stderr and returns 1. */
 int cli_fail(const char *verb, const kiln_err *err);
 
-/* The KV-format flags every model verb takes (docs/kv.md). */
+/* The KV-format flags every model verb takes (docs/kv.md), and the matmul
+ * mode (docs/kernels.md), which rides along because every verb that opens a
+ * runtime needs both. */
 typedef struct {
-    const char *quant; /* --kv-quant */
-    int64_t group;     /* --kv-group */
-    int64_t start;     /* --quantized-kv-start */
+    const char *quant;  /* --kv-quant */
+    int64_t group;      /* --kv-group */
+    int64_t start;      /* --quantized-kv-start */
+    const char *matmul; /* --matmul (else KILN_MATMUL) */
 } cli_kv_flags;
 #define CLI_KV_FLAGS(kvf)                                                                          \
     {"kv-quant",                                                                                   \
@@ -48,9 +51,17 @@ typedef struct {
          "N",                                                                                      \
          "affine KV group size along head_dim (default 64, clamped to head_dim)",                  \
          0},                                                                                       \
+        {"quantized-kv-start",                                                                     \
+         CLI_INT,                                                                                  \
+         &(kvf).start,                                                                             \
+         "N",                                                                                      \
+         "positions before N keep f32 KV (block-granular; default 0)",                             \
+         0},                                                                                       \
     {                                                                                              \
-        "quantized-kv-start", CLI_INT, &(kvf).start, "N",                                          \
-            "positions before N keep f32 KV (block-granular; default 0)", 0                        \
+        "matmul", CLI_STR, &(kvf).matmul, "exact|int8",                                            \
+            "4/8-bit weights: exact f32 activations (default) or int8 activations (faster, "       \
+            "logits within ~1e-2; env KILN_MATMUL)",                                               \
+            0                                                                                      \
     }
 /* Applies the flags to o; prints and returns 2 on a bad value, else 0. */
 int cli_kv_apply(const char *verb, const cli_kv_flags *kvf, eng_runtime_opts *o);

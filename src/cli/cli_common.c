@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_parse_ids(const char *verb, const char *s, int32_t **out, int32_t *n)
 {
@@ -35,7 +36,8 @@ int cli_parse_ids(const char *verb, const char *s, int32_t **out, int32_t *n)
         }
         ids[len++] = (int32_t)v;
         p = end;
-        while (*p == ',' || *p == ' ') p++;
+        while (*p == ',' || *p == ' ')
+            p++;
     }
     if (len == 0) {
         fprintf(stderr, "kiln %s: empty token id list\n", verb);
@@ -67,5 +69,12 @@ int cli_kv_apply(const char *verb, const cli_kv_flags *kvf, eng_runtime_opts *o)
     }
     o->kv_group = (int32_t)kvf->group;
     o->kv_quant_start = (int32_t)kvf->start;
+    const char *mm = kvf->matmul ? kvf->matmul : getenv("KILN_MATMUL");
+    if (mm && *mm && strcmp(mm, "exact") != 0 && strcmp(mm, "int8") != 0) {
+        fprintf(stderr, "kiln %s: %s '%s': expected exact or int8\n", verb,
+                kvf->matmul ? "--matmul" : "KILN_MATMUL", mm);
+        return 2;
+    }
+    o->matmul = mm;
     return 0;
 }

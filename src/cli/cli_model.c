@@ -268,15 +268,18 @@ int cli_bench(int argc, char **argv)
     if (json)
         printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"load_s\": %.3f, "
                "\"rss_bytes\": %" PRIu64 ", \"weights_bytes\": %" PRIu64 ", \"threads\": %d, "
-               "\"isa\": \"%s\", \"prompt_tokens\": %" PRId64 ", \"gen_tokens\": %d, "
-               "\"quant\": \"%s\", \"kv_format\": \"%s\"}\n",
-               pf, dec, rt->load_s, rss, info.weights_bytes, rt->o.n_threads, kn_isa_name(), pp,
+               "\"isa\": \"%s\", \"matmul\": \"%s\", \"prompt_tokens\": %" PRId64
+               ", \"gen_tokens\": %d, \"quant\": \"%s\", \"kv_format\": \"%s\"}\n",
+               pf, dec, rt->load_s, rss, info.weights_bytes, rt->o.n_threads, kn_isa_name(),
+               kn_matmul_mode(), pp,
                res.n_generated, info.quant_desc, rt->kv_desc);
     else
-        printf("model=%s quant=\"%s\" kv=%s threads=%d isa=%s\nprefill: %" PRId64 " tokens %.3f s "
+        printf("model=%s quant=\"%s\" kv=%s threads=%d isa=%s matmul=%s\nprefill: %" PRId64
+               " tokens %.3f s "
                "%.2f tok/s\ndecode:  %d tokens %.3f s %.2f tok/s\nload %.3f s, peak RSS %.1f MiB, "
                "weights %.1f MiB\n",
-               model, info.quant_desc, rt->kv_desc, rt->o.n_threads, kn_isa_name(), pp,
+               model, info.quant_desc, rt->kv_desc, rt->o.n_threads, kn_isa_name(),
+               kn_matmul_mode(), pp,
                res.prefill_s, pf, res.n_generated, res.decode_s, dec, rt->load_s,
                (double)rss / 1048576.0, (double)info.weights_bytes / 1048576.0);
     eng_runtime_close(rt);

@@ -303,9 +303,11 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         serve_close(&st);
         return cli_fail("serve", &err);
     }
-    printf("kiln: serving %s at http://%s:%d/v1 (threads %d, isa %s, batch %d, ctx %d, KV pool %d "
+    printf("kiln: serving %s at http://%s:%d/v1 (threads %d, isa %s, matmul %s, batch %d, ctx %d, "
+           "KV pool %d "
            "blocks x %d tokens = %.1f MiB, KV %s)\n",
-           id, f->host, srv_port(st.srv), st.rt->o.n_threads, kn_isa_name(), (int)f->batch,
+           id, f->host, srv_port(st.srv), st.rt->o.n_threads, kn_isa_name(), kn_matmul_mode(),
+           (int)f->batch,
            (int)st.rt->o.ctx, (int)es.kv.n_blocks, (int)es.kv_block_tokens,
            (double)es.kv.bytes / 1048576.0, st.rt->kv_desc);
     if (f->unix_path) printf("kiln: also serving on unix:%s\n", f->unix_path);

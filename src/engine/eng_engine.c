@@ -23,6 +23,7 @@
 #include "engine/eng_engine.h"
 #include "engine/eng_admit.h"
 #include "engine/eng_ckpt.h"
+#include "kernels/kn_cpu.h"
 #include "util/kiln_assert.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
@@ -967,6 +968,8 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     }
     e->stats.kv_block_tokens = rt->o.block_tokens;
     snprintf(e->stats.kv_format, sizeof e->stats.kv_format, "%s", rt->kv_desc);
+    e->stats.isa = kn_isa_name();
+    e->stats.matmul = kn_matmul_mode();
     e->stats.kv_bytes_per_token =
         kv_pool_block_bytes(kv_pool_cfg(rt->kv)) / (uint64_t)rt->o.block_tokens;
     /* --quantized-kv-start: a sequence's blocks that start before it are f32

@@ -123,6 +123,7 @@ typedef struct {
     uint64_t ckpt_saved, ckpt_resumed; /* generation checkpoints queued / requests resumed */
     kv_ssd_stats ssd;
     char kv_format[128];         /* kv_format_describe of the pool's format */
+    const char *isa, *matmul;    /* STATIC strings: kernel variant and matmul mode */
     uint64_t kv_bytes_per_token; /* main-class block bytes / block_tokens (what `kiln fit` says) */
 } eng_stats;
 

@@ -60,7 +60,7 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
                            kiln_err *err)
 {
     *out = NULL;
-    kiln_code rc = kn_init(o->isa, err);
+    kiln_code rc = kn_init_mode(o->isa, o->matmul, err);
     if (rc) return rc;
     eng_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return kiln_fail(err, KILN_E_NOMEM, "runtime: out of memory");
@@ -89,12 +89,14 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
         goto fail;
     }
     /* blocks of different formats must never be shared: the format is part of
-     * the namespace the hash chains live in */
+     * the namespace the hash chains live in; so is the matmul mode, whose K/V
+     * values differ in the last digits (the SSD tier keys on ns too) */
     rt->ns = mdl_fingerprint(rt->model) ^ kv_format_hash(&rt->kv_fmt);
+    if (strcmp(kn_matmul_mode(), "exact") != 0) rt->ns ^= 0x9e3779b97f4a7c15ull; /* int8 */
     if (rt->ns == 0) rt->ns = 1; /* 0 means "prefix cache off" */
     rt->load_s = plat_now() - t0;
-    KLOG_INFO("engine", "loaded model=%s arch=%s threads=%d isa=%s ctx=%d kv_blocks=%d kv=%s", dir,
-              c->architecture, rt->o.n_threads, kn_isa_name(), (int)rt->o.ctx, (int)rt->o.n_blocks,
+    KLOG_INFO("engine", "loaded model=%s arch=%s threads=%d isa=%s matmul=%s ctx=%d kv_blocks=%d kv=%s", dir,
+              c->architecture, rt->o.n_threads, kn_isa_name(), kn_matmul_mode(), (int)rt->o.ctx, (int)rt->o.n_blocks,
               rt->kv_desc);
     *out = rt;
     return KILN_OK;

@@ -38,7 +38,9 @@ typedef void (*kn_matmul_fn)(const kn_mat *W, const float *x, int64_t n, float *
 typedef struct {
     const char *isa; /* "ref", "avx2": for logs and /stats */
     kn_matmul_fn mm_f32, mm_f16, mm_bf16;
-    kn_matmul_fn mm_q[9]; /* KN_QAFFINE by bits (2,3,4,5,6,8); other slots NULL */
+    kn_matmul_fn mm_q[9];      /* KN_QAFFINE by bits (2,3,4,5,6,8); other slots NULL */
+    kn_matmul_fn mm_q_base[9]; /* int8 mode: the exact entries, for shapes kn_i8_ok refuses */
+    const char *mm_mode;       /* "exact" or "int8" */
     void (*mat_row)(const kn_mat *W, int64_t r, float *out);
     void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps,
                     float w_offset);
@@ -66,7 +68,9 @@ static inline const kn_ops *kn_get(void)
 void kn_ref_install_mat(kn_ops *t);
 void kn_ref_install_ops(kn_ops *t);
 void kn_ref_install_attn(kn_ops *t);
+void kn_ref_install_mat_i8(kn_ops *t); /* int8 mode: mm_q[4], mm_q[8] */
 #if defined(__x86_64__)
+void kn_avx2_install_mat_i8(kn_ops *t);
 void kn_avx2_install_mat(kn_ops *t);
 void kn_avx2_install_ops(kn_ops *t);
 void kn_avx2_install_attn(kn_ops *t);
@@ -93,6 +97,24 @@ static inline int kn_qx_ok(const kn_mat *W)
 {
     return W->fmt == KN_QAFFINE && (W->bits == 4 || (KN_QX_BITS8 && W->bits == 8)) &&
            W->cols % KN_QX_BLOCK == 0 && W->cols <= KN_QX_MAX_COLS;
+}
+
+/* int8 activations (the KN_MM_INT8 matmul mode, kn_cpu.h; opt-in): for
+ * KN_QAFFINE 4- and 8-bit matrices with cols a multiple of KN_QX_BLOCK (at
+ * most KN_QX_MAX_COLS), each token's x is quantized per 64-column block b:
+ *   amax_b = max_i |x_i|, d_b = amax_b / 127, inv_b = 127 / amax_b (both 0 when
+ *   amax_b is 0), q_i = round-to-nearest-even(x_i · inv_b) in [-127, 127] (f32 ops)
+ * and y[t][r] = Σ_b Σ_{parts p of b} (s_g(p)·d_b) · Σ_{i in p} code_i·q_i  (exact int32)
+ *             + Σ_g bias_g · Σ_{i in g} x_i                              (exact x sums)
+ * where the parts of a block are its groups (gs 32: two halves; gs ≥ 64: the
+ * block). Relative error per element ≤ 2^-8 of the block's largest |x| — the
+ * llama.cpp Q8_0 trade (its blocks are 32): about 4× faster than the exact
+ * int16 levels on AVX2 and the only path that amortizes weights over many
+ * tokens, but logits move by ~1e-2, so golden tests run the exact mode. */
+static inline int kn_i8_ok(const kn_mat *W)
+{
+    return W->fmt == KN_QAFFINE && (W->bits == 4 || W->bits == 8) && W->cols % KN_QX_BLOCK == 0 &&
+           W->cols <= KN_QX_MAX_COLS;
 }
 
 /* ref helpers other variants reuse */

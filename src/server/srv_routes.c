@@ -121,7 +121,12 @@ int srv_route_stats(srv_server *s, json_t **body)
         (json_int_t)st.completion_tokens, "cached", (json_int_t)st.cached_tokens,
         "engine", "steps", (json_int_t)st.steps, "step_tokens", (json_int_t)st.step_tokens,
         "preemptions", (json_int_t)st.preemptions, "busy_s", st.busy_s);
-    if (j) json_object_set_new(json_object_get(j, "engine"), "leases", json_integer(st.leases));
+    if (j) {
+        json_t *ej = json_object_get(j, "engine");
+        json_object_set_new(ej, "leases", json_integer(st.leases));
+        json_object_set_new(ej, "isa", json_string(st.isa ? st.isa : ""));
+        json_object_set_new(ej, "matmul", json_string(st.matmul ? st.matmul : ""));
+    }
     json_t *adm = j ? admission_json(s, &st) : NULL;
     if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */
     json_decref(adm);

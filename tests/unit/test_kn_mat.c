@@ -31,9 +31,12 @@ typedef struct {
 
 static void put_sf(void *p, kn_fmt f, int64_t i, float v)
 {
-    if (f == KN_F32) ((float *)p)[i] = v;
-    else if (f == KN_F16) ((uint16_t *)p)[i] = kiln_f32_to_f16(v);
-    else ((uint16_t *)p)[i] = kiln_f32_to_bf16(v);
+    if (f == KN_F32)
+        ((float *)p)[i] = v;
+    else if (f == KN_F16)
+        ((uint16_t *)p)[i] = kiln_f32_to_f16(v);
+    else
+        ((uint16_t *)p)[i] = kiln_f32_to_bf16(v);
 }
 
 static test_mat make_mat(kn_fmt fmt, int64_t rows, int64_t cols, kn_fmt sfmt, int bits, int group)
@@ -46,7 +49,8 @@ static test_mat make_mat(kn_fmt fmt, int64_t rows, int64_t cols, kn_fmt sfmt, in
     if (fmt == KN_QAFFINE) {
         int64_t words = rows * cols * bits / 32, ng = rows * (cols / group);
         uint32_t *w = malloc((size_t)words * 4);
-        for (int64_t i = 0; i < words; i++) w[i] = rnd32();
+        for (int64_t i = 0; i < words; i++)
+            w[i] = rnd32();
         size_t ss = sfmt == KN_F32 ? 4 : 2;
         t.s = malloc((size_t)ng * ss);
         t.b = malloc((size_t)ng * ss);
@@ -63,7 +67,8 @@ static test_mat make_mat(kn_fmt fmt, int64_t rows, int64_t cols, kn_fmt sfmt, in
     } else {
         int64_t el = rows * cols;
         t.w = malloc((size_t)el * 4);
-        for (int64_t i = 0; i < el; i++) put_sf(t.w, fmt, i, rndf());
+        for (int64_t i = 0; i < el; i++)
+            put_sf(t.w, fmt, i, rndf());
     }
     t.m.w = t.w;
     return t;
@@ -79,7 +84,8 @@ static void free_mat(test_mat *t)
 static float *rnd_vec(int64_t n)
 {
     float *v = malloc((size_t)n * 4);
-    for (int64_t i = 0; i < n; i++) v[i] = rndf();
+    for (int64_t i = 0; i < n; i++)
+        v[i] = rndf();
     return v;
 }
 
@@ -88,16 +94,18 @@ static double abs_dot(const kn_mat *W, int64_t r, const float *x, float *row)
 {
     kn_mat_row(W, r, row);
     double s = 0;
-    for (int64_t i = 0; i < W->cols; i++) s += fabs((double)row[i] * x[i]);
+    for (int64_t i = 0; i < W->cols; i++)
+        s += fabs((double)row[i] * x[i]);
     return s;
 }
 
 static const char *variants[] = {"ref", "avx2"};
+static const char *mm_mode; /* kn_init_mode's matmul mode for the helpers: NULL = exact */
 
 static int variant_ok(const char *v)
 {
     kiln_err err;
-    return kn_init(v, &err) == KILN_OK;
+    return kn_init_mode(v, mm_mode, &err) == KILN_OK;
 }
 
 /* Variant v against ref on n tokens; returns 0 on mismatch (prints it). */
@@ -108,9 +116,9 @@ static int check_vs_ref(const test_mat *t, const char *v, int64_t n, kn_pool *po
     float *x = rnd_vec(n * W->cols);
     float *y = malloc((size_t)(n * W->rows) * 4), *yr = malloc((size_t)(n * W->rows) * 4);
     float *row = malloc((size_t)W->cols * 4);
-    kn_init("ref", &err);
+    kn_init_mode("ref", mm_mode, &err);
     kn_matmul(NULL, W, x, n, yr);
-    kn_init(v, &err);
+    kn_init_mode(v, mm_mode, &err);
     kn_matmul(pool, W, x, n, y);
     int ok = 1;
     for (int64_t tt = 0; tt < n && ok; tt++)
@@ -118,10 +126,11 @@ static int check_vs_ref(const test_mat *t, const char *v, int64_t n, kn_pool *po
             double tol = 2e-6 * abs_dot(W, r, x + tt * W->cols, row) + 1e-30;
             double d = fabs((double)y[tt * W->rows + r] - yr[tt * W->rows + r]);
             if (!(d <= tol)) {
-                fprintf(stderr, "  %s fmt=%d bits=%d g=%d rows=%" PRId64 " cols=%" PRId64
-                        " t=%" PRId64 " r=%" PRId64 ": %.9g vs ref %.9g (tol %g)\n",
-                        v, W->fmt, W->bits, W->group, W->rows, W->cols, tt, r,
-                        y[tt * W->rows + r], yr[tt * W->rows + r], tol);
+                fprintf(stderr,
+                        "  %s fmt=%d bits=%d g=%d rows=%" PRId64 " cols=%" PRId64 " t=%" PRId64
+                        " r=%" PRId64 ": %.9g vs ref %.9g (tol %g)\n",
+                        v, W->fmt, W->bits, W->group, W->rows, W->cols, tt, r, y[tt * W->rows + r],
+                        yr[tt * W->rows + r], tol);
                 ok = 0;
             }
         }
@@ -136,12 +145,13 @@ static int check_vs_ref(const test_mat *t, const char *v, int64_t n, kn_pool *po
 static int check_invariance(const test_mat *t, const char *v, kn_pool **pools)
 {
     kiln_err err;
-    kn_init(v, &err);
+    kn_init_mode(v, mm_mode, &err);
     const kn_mat *W = &t->m;
     int64_t nmax = 13;
     float *x = rnd_vec(nmax * W->cols);
     float *y1 = malloc((size_t)(nmax * W->rows) * 4), *y = malloc((size_t)(nmax * W->rows) * 4);
-    for (int64_t tt = 0; tt < nmax; tt++) kn_matmul(NULL, W, x + tt * W->cols, 1, y1 + tt * W->rows);
+    for (int64_t tt = 0; tt < nmax; tt++)
+        kn_matmul(NULL, W, x + tt * W->cols, 1, y1 + tt * W->rows);
     int ok = 1;
     static const int64_t ns[] = {1, 5, 13};
     for (int pi = 0; pi < 3 && ok; pi++)
@@ -168,8 +178,8 @@ static kn_pool *pools[3];
 static void test_float_formats_match_ref_and_are_batch_invariant(void)
 {
     static const kn_fmt fmts[] = {KN_F32, KN_F16, KN_BF16};
-    static const int64_t shapes[][2] = {{1, 1}, {1, 7}, {3, 8}, {5, 33}, {17, 100}, {37, 257},
-                                        {64, 512}, {70, 1000}};
+    static const int64_t shapes[][2] = {{1, 1},    {1, 7},    {3, 8},    {5, 33},
+                                        {17, 100}, {37, 257}, {64, 512}, {70, 1000}};
     for (size_t v = 0; v < 2; v++) {
         if (!variant_ok(variants[v])) continue;
         for (size_t f = 0; f < 3; f++)
@@ -179,8 +189,9 @@ static void test_float_formats_match_ref_and_are_batch_invariant(void)
                          check_vs_ref(&t, variants[v], 6, pools[2]) &&
                          check_invariance(&t, variants[v], pools);
                 free_mat(&t);
-                if (!ok) TEST_FAIL_("variant %s fmt %d shape %" PRId64 "x%" PRId64, variants[v],
-                                    fmts[f], shapes[s][0], shapes[s][1]);
+                if (!ok)
+                    TEST_FAIL_("variant %s fmt %d shape %" PRId64 "x%" PRId64, variants[v], fmts[f],
+                               shapes[s][0], shapes[s][1]);
             }
     }
 }
@@ -202,7 +213,8 @@ static void test_qaffine_all_bits_groups_scales_match_ref_and_are_batch_invarian
                              check_vs_ref(&t, variants[v], 7, pools[2]) &&
                              check_invariance(&t, variants[v], pools);
                     free_mat(&t);
-                    if (!ok) TEST_FAIL_("variant %s bits %d group %d", variants[v], bits[b], groups[g]);
+                    if (!ok)
+                        TEST_FAIL_("variant %s bits %d group %d", variants[v], bits[b], groups[g]);
                 }
     }
 }
@@ -234,8 +246,8 @@ static void test_mat_row_is_the_exact_dequantization(void)
                     float want = sq + bb;
                     if (memcmp(&want, &row[i], 4) != 0) {
                         free_mat(&t);
-                        TEST_FAIL_("bits %d r %" PRId64 " i %" PRId64 ": %.9g vs %.9g", bits[b], r, i,
-                                   row[i], want);
+                        TEST_FAIL_("bits %d r %" PRId64 " i %" PRId64 ": %.9g vs %.9g", bits[b], r,
+                                   i, row[i], want);
                     }
                 }
             }
@@ -246,7 +258,8 @@ static void test_mat_row_is_the_exact_dequantization(void)
 
 static void test_mat_bytes_counts_weights_scales_biases(void)
 {
-    kn_mat m = {.fmt = KN_QAFFINE, .rows = 10, .cols = 256, .sfmt = KN_BF16, .bits = 4, .group = 64};
+    kn_mat m = {
+        .fmt = KN_QAFFINE, .rows = 10, .cols = 256, .sfmt = KN_BF16, .bits = 4, .group = 64};
     ASSERT_EQ_U64(kn_mat_bytes(&m), 10 * 128 + 2 * 10 * 4 * 2);
     kn_mat f = {.fmt = KN_BF16, .rows = 3, .cols = 5};
     ASSERT_EQ_U64(kn_mat_bytes(&f), 30);
@@ -258,11 +271,13 @@ static void test_large_row_count_splits_over_threads(void)
     for (size_t v = 0; v < 2; v++) {
         if (!variant_ok(variants[v])) continue;
         test_mat t = make_mat(KN_QAFFINE, 203, 512, KN_F16, 4, 64);
-        int ok = check_vs_ref(&t, variants[v], 3, pools[1]) && check_invariance(&t, variants[v], pools);
+        int ok =
+            check_vs_ref(&t, variants[v], 3, pools[1]) && check_invariance(&t, variants[v], pools);
         free_mat(&t);
         ASSERT_TRUE(ok);
         test_mat u = make_mat(KN_BF16, 203, 515, KN_F32, 0, 0);
-        ok = check_vs_ref(&u, variants[v], 20, pools[1]) && check_invariance(&u, variants[v], pools);
+        ok =
+            check_vs_ref(&u, variants[v], 20, pools[1]) && check_invariance(&u, variants[v], pools);
         free_mat(&u);
         ASSERT_TRUE(ok);
     }
@@ -273,7 +288,7 @@ static void test_large_row_count_splits_over_threads(void)
 static int prefill_equals_decode(const test_mat *t, const char *v, int64_t n)
 {
     kiln_err err;
-    kn_init(v, &err);
+    kn_init_mode(v, mm_mode, &err);
     const kn_mat *W = &t->m;
     float *x = rnd_vec(n * W->cols);
     float *y = malloc((size_t)(n * W->rows) * 4), *y1 = malloc((size_t)W->rows * 4);
@@ -347,9 +362,12 @@ static void test_int16_activations_track_the_exact_dot(void)
             for (size_t g = 0; g < 3; g++) {
                 test_mat t = make_mat(KN_QAFFINE, 9, 512, KN_BF16, bits[b], groups[g]);
                 const int64_t n = 3, cols = 512, rows = 9;
-                float *x = rnd_vec(n * cols), *y = malloc((size_t)(n * rows) * 4), *row = malloc(512 * 4);
-                for (int64_t i = 0; i < n * cols; i += 37) x[i] *= 1000.0f; /* outliers */
-                for (int64_t i = 5; i < n * cols; i += 97) x[i] *= 1e-6f;  /* tiny values */
+                float *x = rnd_vec(n * cols), *y = malloc((size_t)(n * rows) * 4),
+                      *row = malloc(512 * 4);
+                for (int64_t i = 0; i < n * cols; i += 37)
+                    x[i] *= 1000.0f; /* outliers */
+                for (int64_t i = 5; i < n * cols; i += 97)
+                    x[i] *= 1e-6f; /* tiny values */
                 kiln_err err;
                 kn_init(variants[v], &err);
                 kn_matmul(pools[1], &t.m, x, n, y);
@@ -364,8 +382,11 @@ static void test_int16_activations_track_the_exact_dot(void)
                         }
                         double d = fabs(y[tt * rows + r] - want);
                         if (!(d <= 1e-6 * sa)) {
-                            fprintf(stderr, "  %s bits=%d g=%d t=%" PRId64 " r=%" PRId64 ": %.9g vs %.9g (rel %.3g)\n",
-                                    variants[v], bits[b], groups[g], tt, r, y[tt * rows + r], want, d / sa);
+                            fprintf(stderr,
+                                    "  %s bits=%d g=%d t=%" PRId64 " r=%" PRId64
+                                    ": %.9g vs %.9g (rel %.3g)\n",
+                                    variants[v], bits[b], groups[g], tt, r, y[tt * rows + r], want,
+                                    d / sa);
                             ok = 0;
                         }
                     }
@@ -376,6 +397,108 @@ static void test_int16_activations_track_the_exact_dot(void)
                 if (!ok) TEST_FAIL_("variant %s bits %d group %d", variants[v], bits[b], groups[g]);
             }
     }
+}
+
+/* int8 mode (kn_int.h): every variant against ref-int8 (same integers), and
+ * bitwise batch invariance over token counts that take the decode driver
+ * (1–3), several 3-token groups, several 64-token blocks and the thread
+ * split; shapes kn_i8_ok refuses (cols % 64) fall back to the exact path. */
+static void test_int8_mode_matches_ref_and_is_batch_invariant(void)
+{
+    static const int bits[] = {4, 8};
+    static const int groups[] = {32, 64, 128};
+    static const kn_fmt sf[] = {KN_F32, KN_F16, KN_BF16};
+    static const int64_t shapes[][2] = {{1, 128}, {7, 256}, {21, 384}, {40, 1024}, {9, 96 * 4}};
+    mm_mode = "int8";
+    for (size_t v = 0; v < 2; v++) {
+        if (!variant_ok(variants[v])) continue;
+        for (size_t b = 0; b < 2; b++)
+            for (size_t g = 0; g < 3; g++)
+                for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+                    test_mat t = make_mat(KN_QAFFINE, shapes[s][0], shapes[s][1],
+                                          sf[(b + g + s) % 3], bits[b], groups[g]);
+                    int ok = check_vs_ref(&t, variants[v], 1, pools[1]) &&
+                             check_vs_ref(&t, variants[v], 7, pools[2]) &&
+                             check_invariance(&t, variants[v], pools) &&
+                             prefill_equals_decode(&t, variants[v], 2) &&
+                             prefill_equals_decode(&t, variants[v], 3) &&
+                             prefill_equals_decode(&t, variants[v], 70);
+                    free_mat(&t);
+                    if (!ok)
+                        TEST_FAIL_("int8 variant %s bits %d group %d", variants[v], bits[b],
+                                   groups[g]);
+                }
+        test_mat odd = make_mat(KN_QAFFINE, 13, 96, KN_BF16, 4, 32); /* 96 % 64: exact path */
+        int ok = check_vs_ref(&odd, variants[v], 3, pools[1]) &&
+                 prefill_equals_decode(&odd, variants[v], 9);
+        free_mat(&odd);
+        if (!ok) TEST_FAIL_("int8 fallback variant %s", variants[v]);
+    }
+    mm_mode = NULL;
+}
+
+/* The int8 error bound: |x_i − d_b·q_i| ≤ d_b/2 = amax_b/254, so
+ * |y − exact| ≤ Σ_i (amax_b(i)/254)·|s_g·code_i| (+ f32 rounding), with
+ * outliers and tiny values mixed in a block. The exact mode's bound is 1e-6
+ * of Σ|w·x| (test above); this one is two orders looser, as documented. */
+static void test_int8_activations_stay_within_their_bound(void)
+{
+    static const int bits[] = {4, 8};
+    static const int groups[] = {32, 64, 128};
+    for (size_t v = 0; v < 2; v++) {
+        kiln_err err;
+        if (kn_init_mode(variants[v], "int8", &err) != KILN_OK) continue;
+        ASSERT_STR_EQ(kn_matmul_mode(), "int8");
+        for (size_t b = 0; b < 2; b++)
+            for (size_t g = 0; g < 3; g++) {
+                const int64_t n = 3, cols = 512, rows = 9, gs = groups[g];
+                test_mat t = make_mat(KN_QAFFINE, rows, cols, KN_F32, bits[b], groups[g]);
+                float *x = rnd_vec(n * cols), *y = malloc((size_t)(n * rows) * 4),
+                      *row = malloc(512 * 4);
+                for (int64_t i = 0; i < n * cols; i += 37)
+                    x[i] *= 1000.0f;
+                for (int64_t i = 5; i < n * cols; i += 97)
+                    x[i] *= 1e-6f;
+                kn_matmul(pools[1], &t.m, x, n, y);
+                int ok = 1;
+                double worst = 0;
+                for (int64_t tt = 0; tt < n; tt++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        const float *xt = x + tt * cols;
+                        kn_mat_row(&t.m, r, row);
+                        double want = 0, bound = 0, sa = 0;
+                        for (int64_t b0 = 0; b0 < cols; b0 += 64) {
+                            double amax = 0;
+                            for (int64_t i = b0; i < b0 + 64; i++)
+                                amax = fmax(amax, fabs(xt[i]));
+                            for (int64_t i = b0; i < b0 + 64; i++) {
+                                double bias = ((const float *)t.b)[r * (cols / gs) + i / gs];
+                                want += (double)row[i] * xt[i];
+                                bound += amax / 254.0 * fabs((double)row[i] - bias);
+                                sa += fabs((double)row[i] * xt[i]);
+                            }
+                        }
+                        double d = fabs(y[tt * rows + r] - want);
+                        worst = fmax(worst, d / sa);
+                        if (!(d <= bound + 1e-6 * sa)) {
+                            fprintf(stderr,
+                                    "  %s bits=%d g=%d t=%" PRId64 " r=%" PRId64
+                                    ": err %.3g > bound %.3g\n",
+                                    variants[v], bits[b], groups[g], tt, r, d, bound);
+                            ok = 0;
+                        }
+                    }
+                /* and it is not the exact path in disguise */
+                ASSERT_TRUE(worst > 1e-5);
+                free(x);
+                free(y);
+                free(row);
+                free_mat(&t);
+                if (!ok) TEST_FAIL_("variant %s bits %d group %d", variants[v], bits[b], groups[g]);
+            }
+    }
+    kiln_err e2;
+    kn_init(NULL, &e2);
 }
 
 int main(void)
@@ -391,6 +514,9 @@ int main(void)
     RUN(test_large_row_count_splits_over_threads);
     RUN(test_prefill_blocks_and_slabs_match_decode_bitwise);
     RUN(test_int16_activations_track_the_exact_dot);
-    for (int i = 0; i < 3; i++) kn_pool_destroy(pools[i]);
+    RUN(test_int8_mode_matches_ref_and_is_batch_invariant);
+    RUN(test_int8_activations_stay_within_their_bound);
+    for (int i = 0; i < 3; i++)
+        kn_pool_destroy(pools[i]);
     return TEST_DONE();
 }

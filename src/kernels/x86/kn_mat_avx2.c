@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "kernels/kn_int.h"
+#include "kernels/x86/kn_avx2_load.h"
 #include "kernels/x86/kn_avx2_math.h"
 #include "util/kiln_assert.h"
 
@@ -48,33 +49,6 @@
 
 /* ---------------------------------------------------------------- loaders */
 
-AI __m256 ld_w(const void *row, int64_t c, kn_fmt fmt)
-{
-    if (fmt == KN_F32) return _mm256_loadu_ps((const float *)row + c);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
-    if (fmt == KN_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-AI float ld_sf(const void *p, kn_fmt fmt, int64_t i)
-{
-    if (fmt == KN_F32) return ((const float *)p)[i];
-    uint16_t h = ((const uint16_t *)p)[i];
-    if (fmt == KN_BF16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    return _cvtsh_ss(h);
-}
-
-/* 8 consecutive scales/biases as f32 (full chunk) */
-AI __m256 ld_sf8(const void *p, kn_fmt fmt, int64_t i)
-{
-    return ld_w(p, i, fmt);
-}
-
 static int64_t esize(kn_fmt fmt)
 {
     return fmt == KN_F32 ? 4 : 2;
@@ -84,14 +58,15 @@ static int64_t esize(kn_fmt fmt)
  * from the chunk start (always, except at the very end of the matrix): one
  * qword broadcast, a byte shuffle that gives lane j the two bytes holding code
  * j, then a per-lane shift and mask. */
-#define SB(j) (char)(((j) * bits) >> 3), (char)((((j) * bits) >> 3) + 1), (char)-128, (char)-128
+#define SB(j) (char)(((j)*bits) >> 3), (char)((((j)*bits) >> 3) + 1), (char)-128, (char)-128
 AI __m256 dec8_fast(const uint8_t *p, const int bits)
 {
     int64_t v;
     memcpy(&v, p, 8);
     const __m256i ctl = _mm256_setr_epi8(SB(0), SB(1), SB(2), SB(3), SB(4), SB(5), SB(6), SB(7));
-    const __m256i sh = _mm256_setr_epi32((0 * bits) & 7, (1 * bits) & 7, (2 * bits) & 7, (3 * bits) & 7,
-                                         (4 * bits) & 7, (5 * bits) & 7, (6 * bits) & 7, (7 * bits) & 7);
+    const __m256i sh =
+        _mm256_setr_epi32((0 * bits) & 7, (1 * bits) & 7, (2 * bits) & 7, (3 * bits) & 7,
+                          (4 * bits) & 7, (5 * bits) & 7, (6 * bits) & 7, (7 * bits) & 7);
     __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi64x(v), ctl);
     b = _mm256_and_si256(_mm256_srlv_epi32(b, sh), _mm256_set1_epi32((1 << bits) - 1));
     return _mm256_cvtepi32_ps(b);
@@ -104,11 +79,13 @@ AI __m256 dec8_fast(const uint8_t *p, const int bits)
 AI __m256 dec8(const uint8_t *g, int64_t k, const int bits, const int fast)
 {
     if (bits == 8)
-        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + 8 * k))));
+        return _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + 8 * k))));
     if (bits == 4) {
         uint32_t w;
         memcpy(&w, g + 4 * k, 4);
-        __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)w),
+                                      _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
         return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
     }
     if (fast) return dec8_fast(g + bits * k, bits);
@@ -174,27 +151,6 @@ AI void q4_xpair(__m256 x0, __m256 x1, __m256 *xa, __m256 *xb)
 
 /* ---------------------------------------------------------------- shared pieces */
 
-/* xsum[g] = Σ of group g of x: 8-lane chunk sums in order, then hsum8. */
-static void group_sums(const float *x, int64_t cols, int64_t gs, float *xsum)
-{
-    for (int64_t c0 = 0, g = 0; c0 < cols; c0 += gs, g++) {
-        __m256 s = _mm256_loadu_ps(x + c0);
-        for (int64_t k = 8; k < gs; k += 8) s = _mm256_add_ps(s, _mm256_loadu_ps(x + c0 + k));
-        xsum[g] = kn_hsum256(s);
-    }
-}
-
-/* Σ_g bias[g] · xsum[g]: 8-group vectors, hsum8, then the scalar tail. */
-static float bias_dot(const void *b, kn_fmt sf, int64_t off, const float *xsum, int64_t ng)
-{
-    __m256 a = _mm256_setzero_ps();
-    int64_t g = 0;
-    for (; g + 8 <= ng; g += 8) a = _mm256_fmadd_ps(ld_sf8(b, sf, off + g), _mm256_loadu_ps(xsum + g), a);
-    float s = kn_hsum256(a);
-    for (; g < ng; g++) s += ld_sf(b, sf, off + g) * xsum[g];
-    return s;
-}
-
 /* Float formats: the cols % 8 tail, ascending. */
 static float float_tail(const void *row, kn_fmt fmt, const float *x, int64_t c8, int64_t cols)
 {
@@ -227,26 +183,31 @@ AI void pf_scales(const kn_mat *W, int64_t r, int64_t ahead, const int R)
     }
 }
 
-AI void dec_float(const kn_mat *W, const float *x, float *y, int64_t r, const int R, const kn_fmt fmt)
+AI void dec_float(const kn_mat *W, const float *x, float *y, int64_t r, const int R,
+                  const kn_fmt fmt)
 {
     const int64_t cols = W->cols, c8 = cols & ~(int64_t)7, rs = cols * esize(fmt);
     const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
     __m256 acc[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
+    for (int i = 0; i < R; i++)
+        acc[i] = _mm256_setzero_ps();
     /* rows are contiguous: stream a tile ~PF_BYTES ahead into cache in step with
      * this one (short per-row streams defeat the hardware prefetcher) */
-    const uintptr_t pf = (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs); /* may pass the end */
+    const uintptr_t pf =
+        (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs); /* may pass the end */
     const int64_t pf_step = 8 * R * esize(fmt);
     for (int64_t c = 0; c < c8; c += 8) {
         for (int64_t o = 0; o < pf_step; o += 64)
             _mm_prefetch((const char *)(pf + (uintptr_t)(c / 8 * pf_step + o)), _MM_HINT_T0);
         __m256 xv = _mm256_loadu_ps(x + c);
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++) acc[i] = _mm256_fmadd_ps(ld_w(w0 + i * rs, c, fmt), xv, acc[i]);
+        for (int i = 0; i < R; i++)
+            acc[i] = _mm256_fmadd_ps(ld_w(w0 + i * rs, c, fmt), xv, acc[i]);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < R; i++) y[r + i] = kn_hsum256(acc[i]) + float_tail(w0 + i * rs, fmt, x, c8, cols);
+    for (int i = 0; i < R; i++)
+        y[r + i] = kn_hsum256(acc[i]) + float_tail(w0 + i * rs, fmt, x, c8, cols);
 }
 
 AI void dec_q(const kn_mat *W, const float *x, const float *xsum, float *y, int64_t r, const int R,
@@ -258,15 +219,18 @@ AI void dec_q(const kn_mat *W, const float *x, const float *xsum, float *y, int6
     const kn_fmt sf = W->sfmt;
     __m256 acc[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
-    const uintptr_t pf = (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs); /* as in dec_float */
+    for (int i = 0; i < R; i++)
+        acc[i] = _mm256_setzero_ps();
+    const uintptr_t pf =
+        (uintptr_t)w0 + (uintptr_t)(pf_tiles(R * rs) * R * rs); /* as in dec_float */
     pf_scales(W, r, pf_tiles(R * rs) * R, R);
     for (int64_t g = 0; g < ng; g++) {
         for (int64_t o = 0; o < R * gbytes; o += 64)
             _mm_prefetch((const char *)(pf + (uintptr_t)(g * R * gbytes + o)), _MM_HINT_T0);
         __m256 s[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++) s[i] = _mm256_set1_ps(ld_sf(W->scales, sf, (r + i) * ng + g));
+        for (int i = 0; i < R; i++)
+            s[i] = _mm256_set1_ps(ld_sf(W->scales, sf, (r + i) * ng + g));
         const float *xg = x + g * gs;
         for (int64_t k = 0; k < nck; k += 2) {
             __m256 xa = _mm256_loadu_ps(xg + 8 * k), xb = _mm256_loadu_ps(xg + 8 * k + 8);
@@ -287,39 +251,44 @@ AI void dec_q(const kn_mat *W, const float *x, const float *xsum, float *y, int6
         }
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < R; i++) y[r + i] = kn_hsum256(acc[i]) + bias_dot(W->biases, sf, (r + i) * ng, xsum, ng);
+    for (int i = 0; i < R; i++)
+        y[r + i] = kn_hsum256(acc[i]) + bias_dot(W->biases, sf, (r + i) * ng, xsum, ng);
 }
 
 /* ---------------------------------------------------------------- prefill (n > 1) */
 
 /* acc[i][j] (memory, [RB][TB_MAX]) += Σ_c w_i[c] · x_j[c] over nch chunks. */
-AI void tile(const float *const *wp, const float *const *xp, int64_t nch, __m256 *accm, int i0, int j0,
-             const int R, const int T)
+AI void tile(const float *const *wp, const float *const *xp, int64_t nch, __m256 *accm, int i0,
+             int j0, const int R, const int T)
 {
     __m256 a[4][3];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 3
-        for (int j = 0; j < T; j++) a[i][j] = accm[(i0 + i) * TB_MAX + j0 + j];
+        for (int j = 0; j < T; j++)
+            a[i][j] = accm[(i0 + i) * TB_MAX + j0 + j];
     for (int64_t c = 0; c < nch * 8; c += 8) {
         __m256 xv[3];
 #pragma GCC unroll 3
-        for (int j = 0; j < T; j++) xv[j] = _mm256_loadu_ps(xp[j0 + j] + c);
+        for (int j = 0; j < T; j++)
+            xv[j] = _mm256_loadu_ps(xp[j0 + j] + c);
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
             __m256 w = _mm256_loadu_ps(wp[i0 + i] + c);
 #pragma GCC unroll 3
-            for (int j = 0; j < T; j++) a[i][j] = _mm256_fmadd_ps(w, xv[j], a[i][j]);
+            for (int j = 0; j < T; j++)
+                a[i][j] = _mm256_fmadd_ps(w, xv[j], a[i][j]);
         }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 3
-        for (int j = 0; j < T; j++) accm[(i0 + i) * TB_MAX + j0 + j] = a[i][j];
+        for (int j = 0; j < T; j++)
+            accm[(i0 + i) * TB_MAX + j0 + j] = a[i][j];
 }
 
 #define TILE_FN(R, T)                                                                              \
-    static void tile_##R##x##T(const float *const *wp, const float *const *xp, int64_t nch,       \
+    static void tile_##R##x##T(const float *const *wp, const float *const *xp, int64_t nch,        \
                                __m256 *accm, int i0, int j0)                                       \
     {                                                                                              \
         tile(wp, xp, nch, accm, i0, j0, R, T);                                                     \
@@ -331,8 +300,8 @@ TILE_FN(1, 3)
 TILE_FN(1, 2)
 TILE_FN(1, 1)
 typedef void (*tile_fn)(const float *const *, const float *const *, int64_t, __m256 *, int, int);
-static const tile_fn tiles[5][4] = {[4] = {NULL, tile_4x1, tile_4x2, tile_4x3},
-                                    [1] = {NULL, tile_1x1, tile_1x2, tile_1x3}};
+static const tile_fn tiles[5][4] = {
+    [4] = {NULL, tile_4x1, tile_4x2, tile_4x3}, [1] = {NULL, tile_1x1, tile_1x2, tile_1x3}};
 
 /* All register tiles over nr rows × nt tokens of one slab. */
 static void slab_tiles(const float *const *wp, const float *const *xp, int64_t nch, __m256 *accm,
@@ -384,11 +353,13 @@ AI void deq_slab_q(const kn_mat *W, int64_t r, int nr, int64_t kb, int64_t kc, f
 static int token_block(int64_t ng)
 {
     int64_t tb = TB_MAX;
-    while (tb > 3 && tb * ng > XSUM_MAX) tb -= 3;
+    while (tb > 3 && tb * ng > XSUM_MAX)
+        tb -= 3;
     return (int)tb;
 }
 
-AI void pf_q(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1, const int bits)
+AI void pf_q(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1,
+             const int bits)
 {
     const int64_t cols = W->cols, gs = W->group, ng = cols / gs, rows = W->rows;
     const int tb = token_block(ng);
@@ -398,14 +369,17 @@ AI void pf_q(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, i
     float xsum[XSUM_MAX];
     __m256 accm[RB * TB_MAX];
     const float *wp[RB], *xp[TB_MAX];
-    for (int i = 0; i < RB; i++) wp[i] = wbuf + i * KC;
+    for (int i = 0; i < RB; i++)
+        wp[i] = wbuf + i * KC;
     /* token block outside: its rows of x stay in L2 while every row slab passes */
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
         int nt = (int)(n - t0 < tb ? n - t0 : tb);
-        for (int j = 0; j < nt; j++) group_sums(x + (t0 + j) * cols, cols, gs, xsum + j * ng);
+        for (int j = 0; j < nt; j++)
+            group_sums(x + (t0 + j) * cols, cols, gs, xsum + j * ng);
         for (int64_t rb = r0; rb < r1; rb += RB) {
             int nr = (int)(r1 - rb < RB ? r1 - rb : RB);
-            for (int i = 0; i < nr * TB_MAX; i++) accm[i] = _mm256_setzero_ps();
+            for (int i = 0; i < nr * TB_MAX; i++)
+                accm[i] = _mm256_setzero_ps();
             for (int64_t kb = 0; kb < cols; kb += KC) {
                 int64_t kc = cols - kb < KC ? cols - kb : KC;
                 deq_slab_q(W, rb, nr, kb, kc, wbuf, KC, bits);
@@ -415,7 +389,8 @@ AI void pf_q(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, i
                         float *xo = xbuf + j * KC;
                         for (int64_t c = 0; c < kc; c += 16) {
                             __m256 xa, xb;
-                            q4_xpair(_mm256_loadu_ps(xs + c), _mm256_loadu_ps(xs + c + 8), &xa, &xb);
+                            q4_xpair(_mm256_loadu_ps(xs + c), _mm256_loadu_ps(xs + c + 8), &xa,
+                                     &xb);
                             _mm256_storeu_ps(xo + c, xa);
                             _mm256_storeu_ps(xo + c + 8, xb);
                         }
@@ -446,7 +421,8 @@ AI void pf_float(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r
         int nt = (int)(n - t0 < TB_MAX ? n - t0 : TB_MAX);
         for (int64_t rb = r0; rb < r1; rb += RB) {
             int nr = (int)(r1 - rb < RB ? r1 - rb : RB);
-            for (int i = 0; i < nr * TB_MAX; i++) accm[i] = _mm256_setzero_ps();
+            for (int i = 0; i < nr * TB_MAX; i++)
+                accm[i] = _mm256_setzero_ps();
             for (int64_t kb = 0; kb < c8; kb += KC) {
                 int64_t kc = c8 - kb < KC ? c8 - kb : KC;
                 for (int i = 0; i < nr; i++) {
@@ -459,14 +435,15 @@ AI void pf_float(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r
                         wp[i] = wbuf + i * KC;
                     }
                 }
-                for (int j = 0; j < nt; j++) xp[j] = x + (t0 + j) * cols + kb;
+                for (int j = 0; j < nt; j++)
+                    xp[j] = x + (t0 + j) * cols + kb;
                 slab_tiles(wp, xp, kc / 8, accm, nr, nt);
             }
             for (int i = 0; i < nr; i++)
                 for (int j = 0; j < nt; j++)
-                    y[(t0 + j) * rows + rb + i] =
-                        kn_hsum256(accm[i * TB_MAX + j]) +
-                        float_tail((const uint8_t *)W->w + (rb + i) * rs, fmt, x + (t0 + j) * cols, c8, cols);
+                    y[(t0 + j) * rows + rb + i] = kn_hsum256(accm[i * TB_MAX + j]) +
+                                                  float_tail((const uint8_t *)W->w + (rb + i) * rs,
+                                                             fmt, x + (t0 + j) * cols, c8, cols);
         }
     }
 }
@@ -487,7 +464,8 @@ static void qx_make(const float *x, int64_t cols, int64_t gs, const int bits, qx
     for (int64_t b = 0; b < cols / KN_QX_BLOCK; b++) {
         const float *xb = x + b * KN_QX_BLOCK;
         __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < 8; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)));
+        for (int k = 0; k < 8; k++)
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)));
         __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         h = _mm_max_ps(h, _mm_movehl_ps(h, h));
         h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
@@ -507,11 +485,13 @@ static void qx_make(const float *x, int64_t cols, int64_t gs, const int bits, qx
             const int32_t *src = qi + l * KN_QX_BLOCK;
             if (bits == 4) {
                 for (int k = 0; k < 4; k++)
-                    for (int j = 0; j < 16; j++) q[16 * k + j] = (int16_t)src[4 * j + k];
+                    for (int j = 0; j < 16; j++)
+                        q[16 * k + j] = (int16_t)src[4 * j + k];
             } else {
                 for (int hh = 0; hh < 2; hh++)
                     for (int e = 0; e < 2; e++)
-                        for (int j = 0; j < 16; j++) q[32 * hh + 16 * e + j] = (int16_t)src[32 * hh + 2 * j + e];
+                        for (int j = 0; j < 16; j++)
+                            q[32 * hh + 16 * e + j] = (int16_t)src[32 * hh + 2 * j + e];
             }
         }
     }
@@ -523,7 +503,8 @@ static void qx_make(const float *x, int64_t cols, int64_t gs, const int bits, qx
 AI __m256 qx_scale(const void *sc, kn_fmt sf, int64_t off, int64_t b, float d, const int64_t gs)
 {
     if (gs == 32) {
-        __m128 lo = _mm_set1_ps(ld_sf(sc, sf, off + 2 * b) * d), hi = _mm_set1_ps(ld_sf(sc, sf, off + 2 * b + 1) * d);
+        __m128 lo = _mm_set1_ps(ld_sf(sc, sf, off + 2 * b) * d),
+               hi = _mm_set1_ps(ld_sf(sc, sf, off + 2 * b + 1) * d);
         return _mm256_set_m128(hi, lo);
     }
     return _mm256_set1_ps(ld_sf(sc, sf, off + (gs == 64 ? b : b / 2)) * d);
@@ -755,7 +736,8 @@ typedef struct {
 static void mm_qx_prefill(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0,
                           int64_t r1, qx_buf *qb)
 {
-    const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs, nbk = cols / KN_QX_BLOCK;
+    const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs,
+                  nbk = cols / KN_QX_BLOCK;
     const int64_t rs = cols * W->bits / 8;
     int64_t tb = QP_SLOTS / (2 * cols);
     if (tb > QP_TB) tb = QP_TB;
@@ -1146,8 +1128,10 @@ static void small_q8(const kn_mat *W, const float *x, int64_t n, float *y, int64
 #define DEC_ROWS(call4, call1)                                                                     \
     do {                                                                                           \
         int64_t r = r0;                                                                            \
-        for (; r + 4 <= r1; r += 4) call4;                                                         \
-        for (; r < r1; r++) call1;                                                                 \
+        for (; r + 4 <= r1; r += 4)                                                                \
+            call4;                                                                                 \
+        for (; r < r1; r++)                                                                        \
+            call1;                                                                                 \
     } while (0)
 
 #define DEF_FLOAT(name, fmt)                                                                       \
