@@ -15,6 +15,6 @@ int64_t kn_attn_scratch_floats(const kn_attn_args *a)
 {
     /* every variant fits: up to 8 query heads at once, each with a score row for
      * the longest query (pos0 + n_q keys) and a padded head_dim accumulator,
-     * plus one decoded K or V row (quantized formats) */
-    return 8 * ((int64_t)a->pos0 + a->n_q + a->head_dim + 8) + ((int64_t)a->head_dim + 8) + 16;
+     * plus one decoded K row and a tile of 16 decoded V rows (quantized formats) */
+    return 8 * ((int64_t)a->pos0 + a->n_q + a->head_dim + 8) + 17 * ((int64_t)a->head_dim + 8) + 16;
 }
