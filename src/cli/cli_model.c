@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 #include "cli/cli_args.h"
 #include "engine/eng_runtime.h"
+#include "engine/eng_fit.h"
 #include "kernels/kn_cpu.h"
 #include "tokenizer/tok.h"
 #include "util/plat.h"
@@ -224,13 +225,15 @@ int cli_bench(int argc, char **argv)
 {
     const char *model = NULL;
     int64_t pp = 512, tg = 128, threads = 0, ctx = 0;
-    int json = 0;
+    int json = 0, no_roofline = 0;
     cli_kv_flags kvf = {0};
     cli_flag flags[] = {
         {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
         {"prompt-tokens", CLI_INT, &pp, "N", "prefill length (default 512)", 0},
         {"gen-tokens", CLI_INT, &tg, "N", "decode length (default 128)", 0},
         {"json", CLI_BOOL, &json, NULL, "print one JSON object", 0},
+        {"no-roofline", CLI_BOOL, &no_roofline, NULL,
+         "skip the bandwidth probe (512 MiB read) and the roofline fraction", 0},
         RUNTIME_FLAGS(o, threads, ctx),
         {0},
     };
@@ -265,23 +268,44 @@ int cli_bench(int argc, char **argv)
     double dec = res.n_generated > 1 ? (double)(res.n_generated - 1) / res.decode_s : 0.0;
     mdl_info info = mdl_get_info(rt->model);
     uint64_t rss = plat_peak_rss_bytes();
+    /* the roofline: bytes one decoded token streams at the run's mean context
+     * (kiln fit's model of it) over the measured read bandwidth */
+    uint64_t bpt = 0;
+    double bw = 0, roof = 0, frac = 0;
+    if (!no_roofline) {
+        eng_runtime_opts fo = o;
+        fo.ctx = (int32_t)(2 * (pp + tg / 2));
+        eng_fit fit;
+        if (eng_fit_model(model, &fo, &fit, &err) == KILN_OK) bpt = fit.read_per_token;
+        bw = eng_measure_bandwidth(rt->o.n_threads);
+        if (bpt && bw > 0) {
+            roof = bw * 1e9 / (double)bpt;
+            frac = dec / roof;
+        }
+    }
     if (json)
         printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"load_s\": %.3f, "
                "\"rss_bytes\": %" PRIu64 ", \"weights_bytes\": %" PRIu64 ", \"threads\": %d, "
                "\"isa\": \"%s\", \"matmul\": \"%s\", \"prompt_tokens\": %" PRId64
-               ", \"gen_tokens\": %d, \"quant\": \"%s\", \"kv_format\": \"%s\"}\n",
+               ", \"gen_tokens\": %d, \"quant\": \"%s\", \"kv_format\": \"%s\", "
+               "\"bytes_per_token\": %" PRIu64 ", \"bandwidth_gbs\": %.2f, \"roofline_tok_s\": %.2f, "
+               "\"roofline_fraction\": %.3f}\n",
                pf, dec, rt->load_s, rss, info.weights_bytes, rt->o.n_threads, kn_isa_name(),
-               kn_matmul_mode(), pp,
-               res.n_generated, info.quant_desc, rt->kv_desc);
-    else
+               kn_matmul_mode(), pp, res.n_generated, info.quant_desc, rt->kv_desc, bpt, bw, roof,
+               frac);
+    else {
         printf("model=%s quant=\"%s\" kv=%s threads=%d isa=%s matmul=%s\nprefill: %" PRId64
                " tokens %.3f s "
                "%.2f tok/s\ndecode:  %d tokens %.3f s %.2f tok/s\nload %.3f s, peak RSS %.1f MiB, "
                "weights %.1f MiB\n",
                model, info.quant_desc, rt->kv_desc, rt->o.n_threads, kn_isa_name(),
-               kn_matmul_mode(), pp,
-               res.prefill_s, pf, res.n_generated, res.decode_s, dec, rt->load_s,
-               (double)rss / 1048576.0, (double)info.weights_bytes / 1048576.0);
+               kn_matmul_mode(), pp, res.prefill_s, pf, res.n_generated, res.decode_s, dec,
+               rt->load_s, (double)rss / 1048576.0, (double)info.weights_bytes / 1048576.0);
+        if (bpt && bw > 0)
+            printf("roofline: %.1f MB read per token at context %" PRId64 ", bandwidth %.2f GB/s "
+                   "-> %.2f tok/s; decode is %.2f of it\n",
+                   (double)bpt / 1e6, pp + tg / 2, bw, roof, frac);
+    }
     eng_runtime_close(rt);
     return 0;
 }
