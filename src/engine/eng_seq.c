@@ -157,6 +157,14 @@ void eng_seq_drop_kv(eng_seq *s, kv_pool *kv)
     s->n_published = 0;
 }
 
+/* Forgets the last block-table entry (releasing it unless given back). */
+static void forget_last(eng_seq *s, kv_pool *kv)
+{
+    s->n_blocks--;
+    if (s->n_blocks >= s->n_dropped) kv_pool_release(kv, s->blocks[s->n_blocks]);
+    else s->n_dropped = s->n_blocks;
+}
+
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
 {
     if (n < 0) n = 0;
@@ -166,19 +174,26 @@ void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
     s->n_cached = n;
     int32_t keep = (n + bt - 1) / bt;
-    if (keep <= s->n_dropped ||
-        kv_window_first_block(kv_pool_cfg(kv)->window, bt, n - n % bt) < s->n_dropped) {
-        eng_seq_drop_kv(s, kv); /* the window of n reaches blocks given back */
-        return;
-    }
-    while (s->n_blocks > keep) kv_pool_release(kv, s->blocks[--s->n_blocks]);
+    while (s->n_blocks > keep) forget_last(s, kv);
     if (n % bt != 0 && keep - 1 < s->n_published) {
         /* the kept partial block is published (maybe shared): never rewrite it;
          * give it up and recompute from its start */
-        kv_pool_release(kv, s->blocks[--s->n_blocks]);
+        forget_last(s, kv);
         s->n_cached = (keep - 1) * bt;
     }
     if (s->n_published > s->n_cached / bt) s->n_published = s->n_cached / bt;
+    /* sliding window: the window of the new end may reach blocks given back;
+     * take them back from the cache (their hashes are known), else recompute */
+    int32_t need = kv_window_first_block(kv_pool_cfg(kv)->window, bt, s->n_cached);
+    while (s->n_dropped > need && s->n_dropped - 1 < s->n_published) {
+        int32_t j = s->n_dropped - 1;
+        kv_block_id b = kv_pool_lookup(kv, s->hashes[j]);
+        if (b < 0) b = kv_pool_lookup_tier(kv, s->hashes[j], j);
+        if (b < 0) break;
+        s->blocks[j] = b;
+        s->n_dropped = j;
+    }
+    if (s->n_dropped > need) eng_seq_drop_kv(s, kv);
 }
 
 /* Publishes the sequence's newly full blocks under its hash chain. */

@@ -77,8 +77,9 @@ kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err
  * published blocks stay cached, so a later attach_prefix often gets them back. */
 void eng_seq_drop_kv(eng_seq *s, kv_pool *kv);
 /* Drops tokens after n (speculative rollback / retries); n >= n_cached is pure
- * bookkeeping, n < n_cached forgets K/V past n (and all of it when the window
- * of position n reaches blocks already given back: everything is recomputed). */
+ * bookkeeping, n < n_cached forgets K/V past n. With a window, blocks given
+ * back that the new end reads again are taken back from the prefix cache (or
+ * the tier); when one is gone, all K/V is forgotten and recomputed. */
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n);
 
 /* Blocks the sequence holds now (not counting dropped entries). */
