@@ -124,9 +124,15 @@ int cli_fit(int argc, char **argv)
         if (f.o.n_blocks_full > 0)
             printf("kv before start:  %8" PRIu64 " bytes per token (f32; %d of the blocks)\n",
                    f.kv_bytes_per_token_full, (int)f.o.n_blocks_full);
-        printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: ctx %d x batch %d)\n",
-               gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens, (int)f.o.ctx,
-               (int)f.o.max_seqs);
+        if (f.kv_window)
+            printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: batch %d x (%" PRId64
+                   " + 1) blocks, window-capped)\n",
+                   gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens,
+                   (int)f.o.max_seqs, f.kv_seq_max_blocks);
+        else
+            printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: ctx %d x batch %d)\n",
+                   gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens, (int)f.o.ctx,
+                   (int)f.o.max_seqs);
         printf("prefill scratch:  %8.3f GiB (chunk of %d tokens, %d threads)\n", gib(f.scratch_bytes),
                (int)f.o.max_step_tokens, f.o.n_threads);
         printf("logits:           %8.3f GiB (%d rows)\n", gib(f.logits_bytes), (int)f.o.logit_rows);
