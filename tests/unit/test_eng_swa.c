@@ -78,8 +78,8 @@ static void run_free(run_out *r)
 
 /* Greedy: prompt in chunks of `chunk`, then n_gen tokens one per step (the
  * logits row after every step that yields one). attach: prefix cache first. */
-static kiln_code run_greedy(eng_runtime *rt, const int32_t *prompt, int32_t n_prompt,
-                            int32_t n_gen, int32_t chunk, int attach, run_out *r, kiln_err *err)
+static kiln_code run_greedy(eng_runtime *rt, const int32_t *prompt, int32_t n_prompt, int32_t n_gen,
+                            int32_t chunk, int attach, run_out *r, kiln_err *err)
 {
     memset(r, 0, sizeof *r);
     int64_t vocab = mdl_vocab(rt->model);
@@ -153,8 +153,8 @@ static void test_window_block_arithmetic(void)
             for (int64_t p = 0; p < 100; p++) {
                 int64_t need = (p + chunk + 7) / 8 - kv_window_first_block(w, 8, p);
                 if (need > kv_seq_max_blocks(w, chunk, 8, 1 << 20))
-                    TEST_FAIL_("w %d chunk %d at %lld needs %lld", (int)w, (int)chunk,
-                               (long long)p, (long long)need);
+                    TEST_FAIL_("w %d chunk %d at %lld needs %lld", (int)w, (int)chunk, (long long)p,
+                               (long long)need);
             }
 }
 
@@ -232,7 +232,7 @@ static void test_prefix_hit_longer_than_the_window(void)
     eng_seq *s;
     ASSERT_OK(eng_seq_create(pb, 230, &s, &err));
     int32_t hit = eng_seq_attach_prefix(s, on->kv, on->ns);
-    ASSERT_EQ_I64(hit, 200);                                 /* blocks 0..24 match */
+    ASSERT_EQ_I64(hit, 200);                                         /* blocks 0..24 match */
     ASSERT_EQ_I64(s->n_dropped, kv_window_first_block(20, BT, 200)); /* 22 */
     ASSERT_EQ_I64(s->n_dropped, 22);
     ASSERT_EQ_I64(eng_seq_blocks_held(s), 3);
@@ -316,7 +316,8 @@ static void test_batch_invariance_with_blocks_given_back(void)
         int row = 0;
         for (int k = 0; k < n; k++) {
             int i = 0;
-            while (s[i] != who[k]) i++;
+            while (s[i] != who[k])
+                i++;
             if (it[k].n_logits == 1) {
                 memcpy(rows[i] + (size_t)got[i] * vocab, rt->logits + (size_t)row * vocab,
                        sizeof(float) * (size_t)vocab);
@@ -627,8 +628,9 @@ static void test_mistral_7b_shape_numbers(void)
         ASSERT_EQ_U64(off.kv_seq_bytes, bpt[q] * 32768);
         ASSERT_EQ_U64(on.kv_pool_bytes, bpt[q] * 290 * 16);
         ASSERT_EQ_U64(off.kv_pool_bytes, bpt[q] * 2049 * 16);
-        fprintf(stderr, "  mistral-7b shape %s: kv per sequence at 32k %.3f GiB -> %.3f GiB, "
-                        "pool %.3f -> %.3f GiB\n",
+        fprintf(stderr,
+                "  mistral-7b shape %s: kv per sequence at 32k %.3f GiB -> %.3f GiB, "
+                "pool %.3f -> %.3f GiB\n",
                 on.kv_format, (double)off.kv_seq_bytes / 1073741824.0,
                 (double)on.kv_seq_bytes / 1073741824.0, (double)off.kv_pool_bytes / 1073741824.0,
                 (double)on.kv_pool_bytes / 1073741824.0);
