@@ -111,12 +111,28 @@ int cli_fit(int argc, char **argv)
         printf("kv per token:     %8" PRIu64 " bytes (%s K+V incl. scale/bias, %" PRId64
                " layers)\n",
                f.kv_bytes_per_token, f.kv_format, c.n_layers);
+        if (f.sliding_layers > 0)
+            printf("kv by layer kind: %8" PRIu64 " bytes per token full-attention layers, %" PRIu64
+                   " sliding (%d layers, window %d): %s\n",
+                   f.kv_bytes_per_token_full_layers, f.kv_bytes_per_token_sliding_layers,
+                   (int)f.sliding_layers, (int)f.sliding_window,
+                   f.kv_window ? "every layer slides, a sequence holds only its window"
+                               : "not capped (a block holds every layer; full layers need all)");
+        printf("kv per sequence:  %8.3f GiB at ctx %d (at most %" PRId64 " blocks held%s)\n",
+               gib(f.kv_seq_bytes), (int)f.o.ctx, f.kv_seq_max_blocks,
+               f.kv_window ? ", window-capped" : "");
         if (f.o.n_blocks_full > 0)
             printf("kv before start:  %8" PRIu64 " bytes per token (f32; %d of the blocks)\n",
                    f.kv_bytes_per_token_full, (int)f.o.n_blocks_full);
-        printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: ctx %d x batch %d)\n",
-               gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens, (int)f.o.ctx,
-               (int)f.o.max_seqs);
+        if (f.kv_window)
+            printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: batch %d x (%" PRId64
+                   " + 1) blocks, window-capped)\n",
+                   gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens,
+                   (int)f.o.max_seqs, f.kv_seq_max_blocks);
+        else
+            printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: ctx %d x batch %d)\n",
+                   gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens, (int)f.o.ctx,
+                   (int)f.o.max_seqs);
         printf("prefill scratch:  %8.3f GiB (chunk of %d tokens, %d threads)\n", gib(f.scratch_bytes),
                (int)f.o.max_step_tokens, f.o.n_threads);
         printf("logits:           %8.3f GiB (%d rows)\n", gib(f.logits_bytes), (int)f.o.logit_rows);

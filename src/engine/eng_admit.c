@@ -81,6 +81,14 @@ uint64_t eng_admit_seq_kv_bytes_split(uint64_t kv_bytes_per_token, uint64_t full
     return full_bytes_per_token * (uint64_t)nf + kv_bytes_per_token * (uint64_t)(tokens - nf);
 }
 
+int64_t eng_admit_seq_positions(const eng_runtime_opts *o, int64_t tokens)
+{
+    if (tokens <= 0 || o->kv_window <= 0) return tokens > 0 ? tokens : 0;
+    int64_t cap = kv_seq_max_blocks(o->kv_window, o->max_step_tokens, o->block_tokens, tokens) *
+                  o->block_tokens;
+    return tokens < cap ? tokens : cap;
+}
+
 kiln_code eng_admit_parse_limit(const char *s, int32_t *out, kiln_err *err)
 {
     *out = 0;
@@ -154,14 +162,15 @@ static int64_t blocks_left(const planner *p, int32_t ctx, uint64_t budget)
     return lo;
 }
 
-static int64_t blocks_for(int32_t tokens, int32_t bt)
+/* Blocks one sequence of `tokens` holds at most (window-capped). */
+static int64_t blocks_for(const planner *p, int32_t tokens)
 {
-    return ((int64_t)tokens + bt - 1) / bt;
+    return kv_seq_max_blocks(p->o.kv_window, p->o.max_step_tokens, p->o.block_tokens, tokens);
 }
 
 static int fits(const planner *p, int32_t ctx, uint64_t budget)
 {
-    return blocks_left(p, ctx, budget) >= blocks_for(ctx, p->o.block_tokens);
+    return blocks_left(p, ctx, budget) >= blocks_for(p, ctx);
 }
 
 /* The pool for ctx: batch x ctx (+ prompt cache), or an explicit size. */
@@ -169,7 +178,7 @@ static int64_t blocks_wanted(const planner *p, const eng_runtime_opts *user, int
                              int32_t extra)
 {
     if (user->n_blocks > 0) return user->n_blocks;
-    int64_t n = (blocks_for(ctx, p->o.block_tokens) + 1) * p->o.max_seqs + extra;
+    int64_t n = (blocks_for(p, ctx) + 1) * p->o.max_seqs + extra; /* eng_runtime_resolve */
     return n > INT32_MAX ? INT32_MAX : n;
 }
 

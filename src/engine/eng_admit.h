@@ -16,10 +16,10 @@
  * overhead outside the runtime); the pool gets what is left, capped at what
  * batch x ctx (+ --prompt-cache) would need. The max safe context is the
  * largest context C (<= --ctx, default min(model max, 4096)) for which that
- * pool still holds ONE sequence of C tokens. When the pool holds fewer than
- * batch sequences at full length, the engine queues or preempts (the pool
- * never grows). The enforced context limit is min(max safe context,
- * KILN_CONTEXT_LIMIT); the runtime is opened with it as its ctx.
+ * pool still holds ONE sequence of C tokens (window-capped: kv_seq_max_blocks). When the pool holds
+ * fewer than batch sequences at full length, the engine queues or preempts (the pool never grows).
+ * The enforced context limit is min(max safe context, KILN_CONTEXT_LIMIT); the runtime is opened
+ * with it as its ctx.
  */
 #ifndef KILN_ENG_ADMIT_H
 #define KILN_ENG_ADMIT_H
@@ -76,15 +76,20 @@ uint64_t eng_admit_overhead_bytes(uint64_t tokenizer_json_bytes, uint64_t tokeni
 /* The same, reading the file sizes from a model folder (missing files count 0). */
 uint64_t eng_admit_overhead_for_dir(const char *dir, uint64_t server_bytes, int32_t batch);
 /* Projected KV bytes of one sequence of `tokens` positions at kv_bytes_per_token
- * (the KV format's bytes, from eng_fit). Sliding-window layers are not capped:
- * the paged pool keeps every layer of a block, so a windowed layer's old
- * positions still occupy memory. */
+ * (the KV format's bytes, from eng_fit). Give it eng_admit_seq_positions, not
+ * the raw count, on a sliding-window model. */
 uint64_t eng_admit_seq_kv_bytes(uint64_t kv_bytes_per_token, int64_t tokens);
 /* The same with --quantized-kv-start: the first full_positions positions (the
  * blocks that start before the start, block-granular) cost full_bytes_per_token
  * (f32), the rest kv_bytes_per_token. */
 uint64_t eng_admit_seq_kv_bytes_split(uint64_t kv_bytes_per_token, uint64_t full_bytes_per_token,
                                       int64_t full_positions, int64_t tokens);
+/* Positions of a sequence of `tokens` that hold KV at once: all of them, or
+ * with a window cap (o resolved: o->kv_window) at most kv_seq_max_blocks x
+ * block_tokens (the window plus one step's chunk, block-granular). Only a
+ * model whose every layer slides is capped: a block holds every layer, and a
+ * full-attention layer needs every position (docs/kv.md). */
+int64_t eng_admit_seq_positions(const eng_runtime_opts *o, int64_t tokens);
 /* Parses KILN_CONTEXT_LIMIT: NULL or "" = unset (*out 0); a positive integer
  * >= 2 (a context must hold a prompt token and a generated one) else KILN_E_INVALID. */
 kiln_code eng_admit_parse_limit(const char *s, int32_t *out, kiln_err *err);

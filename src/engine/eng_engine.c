@@ -258,11 +258,12 @@ static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
     return KILN_OK;
 }
 
-/* Positions a request can occupy: prompt + max_tokens, at most the context. */
+/* Positions a request can occupy: prompt + max_tokens, at most the context,
+ * window-capped on an all-sliding model (eng_admit_seq_positions). */
 static int64_t projected_tokens(const eng_engine *e, const eng_params *p)
 {
     int64_t t = (int64_t)p->n_prompt + p->max_tokens;
-    return t < e->rt->o.ctx ? t : e->rt->o.ctx;
+    return eng_admit_seq_positions(&e->rt->o, t < e->rt->o.ctx ? t : e->rt->o.ctx);
 }
 
 static uint64_t seq_projection(const eng_engine *e, const eng_params *p)
@@ -296,9 +297,10 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
         if (proj > e->o.kv_budget_bytes)
             return kiln_fail(
                 err, KILN_E_BUDGET,
-                "the request's projected KV cache (%d prompt + %d max_tokens = %lld tokens x "
+                "the request's projected KV cache (%d prompt + %d max_tokens = %lld tokens%s x "
                 "%llu bytes%s = %llu bytes) is over the --kv-budget of %llu bytes",
                 (int)p->n_prompt, (int)p->max_tokens, (long long)projected_tokens(e, p),
+                e->rt->o.kv_window ? " held at once (sliding window)" : "",
                 (unsigned long long)e->o.kv_bytes_per_token,
                 e->kv_full_positions ? ", the f32 positions before --quantized-kv-start at more"
                                      : "",
@@ -980,6 +982,18 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
         e->kv_full_positions += rt->o.block_tokens;
     e->kv_full_bpt =
         kv_pool_class_bytes(kv_pool_cfg(rt->kv), KV_CLASS_FULL) / (uint64_t)rt->o.block_tokens;
+    const kv_pool_config *kc = kv_pool_cfg(rt->kv); /* sliding windows: /stats kv */
+    const wt_config *mc = mdl_config(rt->model);
+    e->stats.kv_window = kc->window;
+    e->stats.kv_seq_max_blocks =
+        kv_seq_max_blocks(kc->window, kc->max_chunk, kc->block_tokens, rt->o.ctx);
+    e->stats.kv_sliding_window =
+        mc->sliding_window > INT32_MAX ? INT32_MAX : (int32_t)mc->sliding_window;
+    e->stats.kv_sliding_layers = eng_fit_sliding_layers(mc);
+    e->stats.kv_bytes_per_token_full_layers =
+        eng_fit_kv_bytes_layers(mc, kc->fmt, KV_CLASS_MAIN, 0);
+    e->stats.kv_bytes_per_token_sliding_layers =
+        eng_fit_kv_bytes_layers(mc, kc->fmt, KV_CLASS_MAIN, 1);
     e->stats.kv = kv_pool_get_stats(rt->kv);
     if (o->ssd) { /* SSD tier: spill-on-evict + RAM-miss loads in the pool, write-behind here */
         kiln_err werr;

@@ -94,7 +94,8 @@ typedef struct {
     double max_stall_s;
     bool prefix_cache;        /* share KV blocks of common prefixes (default true) */
     /* --kv-budget: cap on the sum of running sequences' projected KV bytes
-     * (eng_admit_seq_kv_bytes of n_prompt + max_tokens). A request whose
+     * (eng_admit_seq_kv_bytes of n_prompt + max_tokens, window-capped:
+     * eng_admit_seq_positions). A request whose
      * projection does not fit what is left waits at the head of the queue
      * (FIFO, nobody overtakes it); one over the whole budget is refused at
      * eng_submit with KILN_E_BUDGET. 0 = no cap. */
@@ -125,6 +126,12 @@ typedef struct {
     char kv_format[128];         /* kv_format_describe of the pool's format */
     const char *isa, *matmul;    /* STATIC strings: kernel variant and matmul mode */
     uint64_t kv_bytes_per_token; /* main-class block bytes / block_tokens (what `kiln fit` says) */
+    /* sliding windows (docs/kv.md): the pool's window cap (0 = none), the blocks one
+     * sequence of ctx positions holds at most, and the bytes per position of each
+     * layer kind (main class; they sum to kv_bytes_per_token) */
+    int32_t kv_window, kv_sliding_window, kv_sliding_layers;
+    int64_t kv_seq_max_blocks;
+    uint64_t kv_bytes_per_token_full_layers, kv_bytes_per_token_sliding_layers;
 } eng_stats;
 
 /* API */

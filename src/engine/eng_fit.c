@@ -3,6 +3,7 @@
  * eng_fit_compute predicts (same functions), so `kiln fit` is honest.
  */
 #include "engine/eng_fit.h"
+#include "engine/eng_admit.h"
 #include "engine/eng_sample.h"
 #include "util/plat.h"
 #include "weights/wt_set.h"
@@ -28,6 +29,50 @@ static void fit_format(const wt_config *c, const eng_runtime_opts *o, kv_format 
                    c->head_dim > 0 ? (int32_t)c->head_dim : 1, NULL);
 }
 
+int eng_fit_layer_sliding(const wt_config *c, int64_t L)
+{
+    /* mdl_load.c load_layer: the same rule sets mdl_layer.window */
+    return c->sliding_window > 0 && (c->max_window_layers <= 0 || L >= c->max_window_layers);
+}
+
+int32_t eng_fit_sliding_layers(const wt_config *c)
+{
+    int32_t n = 0;
+    for (int64_t L = 0; L < c->n_layers; L++)
+        n += eng_fit_layer_sliding(c, L);
+    return n;
+}
+
+int32_t eng_fit_kv_window(const wt_config *c)
+{
+    if (c->n_layers <= 0 || c->sliding_window > INT32_MAX ||
+        eng_fit_sliding_layers(c) != c->n_layers)
+        return 0;
+    return (int32_t)c->sliding_window;
+}
+
+uint64_t eng_fit_kv_bytes_layers(const wt_config *c, const kv_format *f, int cls, int sliding)
+{
+    uint64_t b = 0;
+    for (int32_t L = 0; L < f->n_layers && L < c->n_layers; L++)
+        if (eng_fit_layer_sliding(c, L) == !!sliding)
+            b += 2 * (uint64_t)c->n_kv_heads *
+                 kn_kv_rec_bytes(kv_format_at(f, cls, L), (int32_t)c->head_dim);
+    return b;
+}
+
+/* KV bytes decode reads per token at position `at` for layers of one kind:
+ * window 0 reads every position before at, else the last `window`; positions
+ * before start are f32 (bpt_full), the rest bpt. */
+static uint64_t kv_read_bytes(uint64_t bpt, uint64_t bpt_full, int64_t start, int64_t at,
+                              int64_t window)
+{
+    int64_t lo = window > 0 && at > window ? at - window : 0;
+    int64_t before = start < at ? start : at;
+    before = before > lo ? before - lo : 0;
+    return bpt_full * (uint64_t)before + bpt * (uint64_t)(at - lo - before);
+}
+
 eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts *in)
 {
     eng_runtime_opts o = *in;
@@ -36,7 +81,9 @@ eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts 
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_step_tokens <= 0) o.max_step_tokens = 512;
     if (o.ctx <= 0) o.ctx = c->max_pos > 0 && c->max_pos < 4096 ? (int32_t)c->max_pos : 4096;
-    int64_t per_seq = (o.ctx + o.block_tokens - 1) / o.block_tokens + 1;
+    /* every layer slides: a sequence holds only its window's blocks (eng_seq) */
+    o.kv_window = o.kv_window_off ? 0 : eng_fit_kv_window(c);
+    int64_t per_seq = kv_seq_max_blocks(o.kv_window, o.max_step_tokens, o.block_tokens, o.ctx) + 1;
     if (o.n_blocks <= 0) {
         int64_t nb = per_seq * o.max_seqs;
         o.n_blocks = nb > INT32_MAX ? INT32_MAX : (int32_t)nb;
@@ -77,6 +124,25 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
     f->kv_bytes_per_token_full =
         kv_format_split(&kf) ? kv_format_bytes_per_token(&kf, KV_CLASS_FULL, (int32_t)c->n_kv_heads)
                              : f->kv_bytes_per_token;
+    uint64_t fl[2], sl[2]; /* per class: full-attention and sliding layers */
+    for (int cls = 0; cls < 2; cls++) {
+        fl[cls] = eng_fit_kv_bytes_layers(c, &kf, cls, 0);
+        sl[cls] = eng_fit_kv_bytes_layers(c, &kf, cls, 1);
+    }
+    f->kv_bytes_per_token_full_layers = fl[KV_CLASS_MAIN];
+    f->kv_bytes_per_token_sliding_layers = sl[KV_CLASS_MAIN];
+    f->sliding_window = c->sliding_window > INT32_MAX ? INT32_MAX : (int32_t)c->sliding_window;
+    f->sliding_layers = eng_fit_sliding_layers(c);
+    f->kv_window = o->kv_window;
+    f->kv_seq_max_blocks =
+        kv_seq_max_blocks(o->kv_window, o->max_step_tokens, o->block_tokens, o->ctx);
+    int64_t full_pos = 0; /* block-granular, as kv_format_class splits */
+    if (kv_format_split(&kf))
+        full_pos =
+            ((int64_t)o->kv_quant_start + o->block_tokens - 1) / o->block_tokens * o->block_tokens;
+    f->kv_seq_bytes =
+        eng_admit_seq_kv_bytes_split(f->kv_bytes_per_token, f->kv_bytes_per_token_full, full_pos,
+                                     eng_admit_seq_positions(o, o->ctx));
     /* the same sum kv_pool_create allocates */
     f->kv_pool_bytes = (f->kv_bytes_per_token_full * (uint64_t)o->n_blocks_full +
                         f->kv_bytes_per_token * (uint64_t)(o->n_blocks - o->n_blocks_full)) *
@@ -91,11 +157,13 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
     f->total_bytes = f->weights_bytes + f->kv_pool_bytes + f->scratch_bytes + f->logits_bytes +
                      f->other_bytes;
     /* decode streams every weight except the embedding table (one row), plus
-     * the K/V of the context so far (ctx/2 on average) */
+     * the K/V of the context so far (ctx/2 on average; a sliding layer reads
+     * only its window, whether or not its blocks are capped) */
     uint64_t embed = (uint64_t)c->vocab * (uint64_t)c->hidden; /* elements */
-    int64_t half = o->ctx / 2, before = o->kv_quant_start < half ? o->kv_quant_start : half;
-    f->read_per_token = weights_bytes + f->kv_bytes_per_token_full * (uint64_t)before +
-                        f->kv_bytes_per_token * (uint64_t)(half - before);
+    int64_t half = o->ctx / 2, start = kv_format_split(&kf) ? o->kv_quant_start : 0;
+    f->read_per_token =
+        weights_bytes + kv_read_bytes(fl[KV_CLASS_MAIN], fl[KV_CLASS_FULL], start, half, 0) +
+        kv_read_bytes(sl[KV_CLASS_MAIN], sl[KV_CLASS_FULL], start, half, f->sliding_window);
     if (!c->tie_word_embeddings) {
         /* the untied table is only gathered: subtract its share (its bytes per
          * element are those of the whole file, close enough for a prediction) */

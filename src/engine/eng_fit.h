@@ -20,9 +20,18 @@ typedef struct {
     eng_runtime_opts o;          /* the options with every default resolved */
     uint64_t weights_bytes;      /* tensors as mapped (the safetensors data) */
     uint64_t kv_bytes_per_token; /* K+V over all layers at the KV format's true bytes (scale/
-                                    bias included); past --quantized-kv-start. Sliding-window
-                                    layers are not capped: a block holds every layer of its
-                                    positions (docs/kv.md) */
+                                    bias included); past --quantized-kv-start. A block holds
+                                    every layer of its positions (docs/kv.md) */
+    uint64_t kv_bytes_per_token_full_layers;    /* of it: the full-attention layers */
+    uint64_t kv_bytes_per_token_sliding_layers; /* of it: the sliding-window layers */
+    int32_t sliding_window;                     /* the model's window (0 = none) */
+    int32_t sliding_layers;                     /* layers that use it */
+    int32_t kv_window;                /* o.kv_window: sequences hold only their window's blocks
+                                         (every layer slides); 0 = not capped (a full layer needs
+                                         every position, and a block holds every layer) */
+    int64_t kv_seq_max_blocks;        /* blocks one sequence of ctx positions holds at most */
+    uint64_t kv_seq_bytes;            /* KV bytes of one sequence of ctx positions (window-capped,
+                                         the f32 blocks of --quantized-kv-start at their size) */
     uint64_t kv_bytes_per_token_full; /* the same before --quantized-kv-start (f32) */
     uint64_t kv_pool_bytes;           /* n_blocks_full x full block + the rest x main block bytes */
     char kv_format[128];              /* kv_format_describe */
@@ -35,7 +44,19 @@ typedef struct {
 } eng_fit;
 
 /* API */
-/* Fills the defaults of o from the config (threads, ctx, pool size, logit rows). */
+/* 1 when layer L attends through a sliding window (the rule mdl_load applies:
+ * Mistral every layer, Qwen2/3 layers >= max_window_layers). */
+int eng_fit_layer_sliding(const wt_config *c, int64_t L);
+int32_t eng_fit_sliding_layers(const wt_config *c);
+/* The window sequences' KV can be capped at: the model's window when every
+ * layer slides, else 0 (docs/kv.md, Sliding-window layers). */
+int32_t eng_fit_kv_window(const wt_config *c);
+/* K+V bytes of one position over the full-attention (sliding 0) or the
+ * sliding-window (sliding 1) layers, in block class cls of format f. */
+uint64_t eng_fit_kv_bytes_layers(const wt_config *c, const kv_format *f, int cls, int sliding);
+/* Fills the defaults of o from the config (threads, ctx, pool size, logit rows,
+ * the window cap). A sequence holds at most kv_seq_max_blocks(ctx) blocks; the
+ * default pool is max_seqs x (that + 1). */
 eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts *o);
 /* The plan for a config and weight size. */
 void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runtime_opts *o,

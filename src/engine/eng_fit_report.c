@@ -50,6 +50,14 @@ char *eng_fit_report_json(const eng_fit *f, const eng_admit_plan *plan, double b
     put(buf, cap, &len,
         ", \"kv_format\": \"%s\", \"kv_bytes_per_token_full\": %" PRIu64 ", \"kv_blocks_full\": %d",
         f->kv_format, f->kv_bytes_per_token_full, (int)f->o.n_blocks_full);
+    put(buf, cap, &len,
+        ", \"kv_bytes_per_token_full_layers\": %" PRIu64
+        ", \"kv_bytes_per_token_sliding_layers\": %" PRIu64
+        ", \"sliding_window\": %d, \"sliding_layers\": %d, \"kv_window\": %d"
+        ", \"kv_seq_max_blocks\": %" PRId64 ", \"kv_seq_bytes\": %" PRIu64,
+        f->kv_bytes_per_token_full_layers, f->kv_bytes_per_token_sliding_layers,
+        (int)f->sliding_window, (int)f->sliding_layers, (int)f->kv_window, f->kv_seq_max_blocks,
+        f->kv_seq_bytes);
     if (plan && plan->budget_bytes) {
         char enf[16] = "null";
         if (plan->enforced_context) snprintf(enf, sizeof enf, "%d", (int)plan->enforced_context);

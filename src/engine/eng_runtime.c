@@ -76,6 +76,8 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
     kv_pool_config kc = mdl_kv_shape(rt->model, rt->o.n_blocks, rt->o.block_tokens);
     kc.fmt = &rt->kv_fmt;
     kc.n_blocks_full = rt->o.n_blocks_full;
+    kc.window = rt->o.kv_window; /* all layers slide: sequences give old blocks back */
+    kc.max_chunk = rt->o.max_step_tokens;
     if ((rc = kv_pool_create(&kc, &rt->kv, err))) goto fail;
     if ((rc = mdl_ctx_create(rt->model, rt->pool, rt->o.max_step_tokens, rt->o.max_seqs,
                              rt->o.ctx, &rt->cx, err)))

@@ -29,7 +29,8 @@ kiln_code eng_seq_create(const int32_t *prompt, int32_t n, eng_seq **out, kiln_e
 void eng_seq_free(eng_seq *s, kv_pool *kv)
 {
     if (!s) return;
-    for (int32_t i = 0; i < s->n_blocks; i++) kv_pool_release(kv, s->blocks[i]);
+    for (int32_t i = s->n_dropped; i < s->n_blocks; i++)
+        kv_pool_release(kv, s->blocks[i]);
     free(s->blocks);
     free(s->hashes);
     free(s->tokens);
@@ -64,12 +65,57 @@ static kiln_code grow_blocks(eng_seq *s, int32_t need, kiln_err *err)
     return KILN_OK;
 }
 
+/* Sliding window: the hit ending at block e needs blocks [first(e), e) only.
+ * The hash chain is computed for every full block (block j's hash covers all
+ * tokens before it); the longest e whose needed blocks are all present (RAM or
+ * tier, probed without taking anything) is taken. A block that fails to load
+ * after the probe (evicted meanwhile, a bad SSD entry) ends the hit before it:
+ * what was taken goes back and the search repeats below it. */
+static int32_t attach_window(eng_seq *s, kv_pool *kv, uint64_t ns, int32_t max_full)
+{
+    const kv_pool_config *c = kv_pool_cfg(kv);
+    int32_t bt = c->block_tokens, w = c->window;
+    uint64_t parent = 0;
+    for (int32_t i = 0; i < max_full; i++)
+        parent = s->hashes[i] = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
+    for (int32_t limit = max_full; limit > 0;) {
+        int32_t e = 0, run = 0; /* run: present blocks in a row ending at i */
+        for (int32_t i = 0; i < limit; i++) {
+            run = kv_pool_find(kv, s->hashes[i]) ? run + 1 : 0;
+            if (run > 0 && i + 1 - run <= kv_window_first_block(w, bt, (int64_t)(i + 1) * bt))
+                e = i + 1;
+        }
+        if (e == 0) break;
+        int32_t j0 = kv_window_first_block(w, bt, (int64_t)e * bt), j = j0;
+        for (; j < e; j++) {
+            kv_block_id b = kv_pool_lookup(kv, s->hashes[j]);
+            if (b < 0) b = kv_pool_lookup_tier(kv, s->hashes[j], j);
+            if (b < 0) break;
+            s->blocks[j] = b;
+        }
+        if (j == e) {
+            for (int32_t k = 0; k < j0; k++)
+                s->blocks[k] = -1;
+            s->n_blocks = s->n_published = e;
+            s->n_dropped = j0;
+            s->n_cached = e * bt;
+            s->n_prefix_hit = s->n_cached;
+            return s->n_cached;
+        }
+        while (j > j0)
+            kv_pool_release(kv, s->blocks[--j]);
+        limit = j; /* block j is missing: a hit must end before it */
+    }
+    return 0;
+}
+
 int32_t eng_seq_attach_prefix(eng_seq *s, kv_pool *kv, uint64_t ns)
 {
     if (ns == 0 || s->n_cached != 0 || s->n_blocks != 0) return 0; /* 0: cache off */
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
     int32_t max_full = (s->n_tokens - 1) / bt; /* keep >= 1 token pending */
     if (grow_blocks(s, max_full, NULL) != KILN_OK) return 0;
+    if (kv_pool_cfg(kv)->window > 0) return attach_window(s, kv, ns, max_full);
     uint64_t parent = 0;
     for (int32_t i = 0; i < max_full; i++) {
         uint64_t h = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
@@ -103,9 +149,20 @@ kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err
 
 void eng_seq_drop_kv(eng_seq *s, kv_pool *kv)
 {
-    while (s->n_blocks > 0) kv_pool_release(kv, s->blocks[--s->n_blocks]);
+    while (s->n_blocks > s->n_dropped)
+        kv_pool_release(kv, s->blocks[--s->n_blocks]);
+    s->n_blocks = 0;
+    s->n_dropped = 0;
     s->n_cached = 0;
     s->n_published = 0;
+}
+
+/* Forgets the last block-table entry (releasing it unless given back). */
+static void forget_last(eng_seq *s, kv_pool *kv)
+{
+    s->n_blocks--;
+    if (s->n_blocks >= s->n_dropped) kv_pool_release(kv, s->blocks[s->n_blocks]);
+    else s->n_dropped = s->n_blocks;
 }
 
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
@@ -117,14 +174,26 @@ void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
     s->n_cached = n;
     int32_t keep = (n + bt - 1) / bt;
-    while (s->n_blocks > keep) kv_pool_release(kv, s->blocks[--s->n_blocks]);
+    while (s->n_blocks > keep) forget_last(s, kv);
     if (n % bt != 0 && keep - 1 < s->n_published) {
         /* the kept partial block is published (maybe shared): never rewrite it;
          * give it up and recompute from its start */
-        kv_pool_release(kv, s->blocks[--s->n_blocks]);
+        forget_last(s, kv);
         s->n_cached = (keep - 1) * bt;
     }
     if (s->n_published > s->n_cached / bt) s->n_published = s->n_cached / bt;
+    /* sliding window: the window of the new end may reach blocks given back;
+     * take them back from the cache (their hashes are known), else recompute */
+    int32_t need = kv_window_first_block(kv_pool_cfg(kv)->window, bt, s->n_cached);
+    while (s->n_dropped > need && s->n_dropped - 1 < s->n_published) {
+        int32_t j = s->n_dropped - 1;
+        kv_block_id b = kv_pool_lookup(kv, s->hashes[j]);
+        if (b < 0) b = kv_pool_lookup_tier(kv, s->hashes[j], j);
+        if (b < 0) break;
+        s->blocks[j] = b;
+        s->n_dropped = j;
+    }
+    if (s->n_dropped > need) eng_seq_drop_kv(s, kv);
 }
 
 /* Publishes the sequence's newly full blocks under its hash chain. */
@@ -139,6 +208,20 @@ static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
         s->hashes[i] = h;
         kv_pool_publish(kv, s->blocks[i], h);
         s->n_published++;
+    }
+}
+
+/* Sliding window: gives back the blocks the next query (at n_cached) cannot
+ * read. They are full and already published (publish_full ran), so they stay
+ * CACHED for prefix hits and the SSD tier; with the cache off they go FREE. */
+static void drop_old(eng_seq *s, kv_pool *kv)
+{
+    const kv_pool_config *c = kv_pool_cfg(kv);
+    int32_t first = kv_window_first_block(c->window, c->block_tokens, s->n_cached);
+    if (first > s->n_blocks) first = s->n_blocks;
+    while (s->n_dropped < first) {
+        kv_pool_release(kv, s->blocks[s->n_dropped]);
+        s->blocks[s->n_dropped++] = -1;
     }
 }
 
@@ -179,6 +262,7 @@ kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n
     for (int32_t i = 0; i < n_items; i++) {
         items[i].seq->n_cached += items[i].n_run;
         publish_full(items[i].seq, kv, ns);
+        drop_old(items[i].seq, kv);
     }
     return KILN_OK;
 }

@@ -16,6 +16,14 @@
  * so later sequences with the same prefix reuse them. A sequence only ever
  * writes positions >= n_cached, which lie in blocks it alone holds: shared
  * blocks are always full and before n_cached.
+ *
+ * Sliding window (kv_pool_cfg(kv)->window = W > 0, every layer sees at most
+ * the last W positions): after each step the sequence gives back the blocks
+ * its next query can no longer read (kv_window_first_block): their entries
+ * become -1 (blocks [0, n_dropped)), the pool keeps them CACHED under their
+ * hash like any finished block, and the table keeps its logical indexing
+ * (entry j = positions [j*bt, (j+1)*bt)). Attention never reads a dropped
+ * entry (mdl_forward checks). A sequence so holds at most kv_seq_max_blocks.
  */
 #ifndef KILN_ENG_SEQ_H
 #define KILN_ENG_SEQ_H
@@ -30,8 +38,10 @@ typedef struct {
     int32_t n_tokens, cap;
     int32_t n_cached;      /* tokens whose K/V are in blocks */
     int32_t n_prefix_hit;  /* tokens taken from cached blocks at attach */
-    kv_block_id *blocks;   /* OWNED [cap_blocks]; each holds one reference */
+    kv_block_id *blocks;   /* OWNED [cap_blocks]; each holds one reference, except the
+                              dropped ones [0, n_dropped), which are -1 */
     int32_t n_blocks, cap_blocks;
+    int32_t n_dropped;     /* leading blocks given back: older than the window */
     uint64_t *hashes;      /* OWNED [cap_blocks]: hash chain of full blocks */
     int32_t n_published;   /* blocks [0, n_published) are full and hashed */
 } eng_seq;
@@ -56,7 +66,10 @@ static inline int32_t eng_seq_pending(const eng_seq *s)
     return s->n_tokens - s->n_cached;
 }
 /* Reuses published blocks matching the start of the tokens (all but the last
- * token stay pending so the step yields logits). Returns tokens reused. */
+ * token stay pending so the step yields logits). Returns tokens reused. With a
+ * window only the blocks the first pending token reads are taken (and need
+ * to exist: the hash chain of block j already covers every token before it);
+ * the earlier ones are not pinned, not even looked up. */
 int32_t eng_seq_attach_prefix(eng_seq *s, kv_pool *kv, uint64_t ns);
 /* Makes sure blocks cover positions [0, n_positions). KILN_E_BUDGET when the pool is full. */
 kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err *err);
@@ -64,12 +77,21 @@ kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err
  * published blocks stay cached, so a later attach_prefix often gets them back. */
 void eng_seq_drop_kv(eng_seq *s, kv_pool *kv);
 /* Drops tokens after n (speculative rollback / retries); n >= n_cached is pure
- * bookkeeping, n < n_cached forgets K/V past n. */
+ * bookkeeping, n < n_cached forgets K/V past n. With a window, blocks given
+ * back that the new end reads again are taken back from the prefix cache (or
+ * the tier); when one is gone, all K/V is forgotten and recomputed. */
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n);
+
+/* Blocks the sequence holds now (not counting dropped entries). */
+static inline int32_t eng_seq_blocks_held(const eng_seq *s)
+{
+    return s->n_blocks - s->n_dropped;
+}
 
 /* One batched step: runs up to max_tokens pending tokens of every item through
  * mdl_forward, marks them cached, publishes full blocks. logits receives the
- * rows in item order: [Σ n_logits, vocab], at most logit_rows rows. ns 0 turns
+ * rows in item order: [Σ n_logits, vocab], at most logit_rows rows. With a
+ * window, gives back each sequence's blocks out of its next query's window. ns 0 turns
  * the prefix cache off (nothing is published; attach_prefix finds nothing)
  * (KILN_E_INVALID when the items would need more). */
 kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n_items,

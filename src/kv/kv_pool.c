@@ -209,8 +209,8 @@ kiln_code kv_pool_create(const kv_pool_config *cfg, kv_pool **out, kiln_err *err
     *out = NULL;
     if (cfg->n_blocks <= 0 || cfg->block_tokens <= 0 || cfg->n_layers <= 0 ||
         cfg->n_layers > KV_FMT_MAX_LAYERS || cfg->n_kv_heads <= 0 || cfg->head_dim <= 0 ||
-        cfg->head_dim > 65536 ||
-        cfg->n_blocks_full < 0 || cfg->n_blocks_full > cfg->n_blocks)
+        cfg->head_dim > 65536 || cfg->n_blocks_full < 0 || cfg->n_blocks_full > cfg->n_blocks ||
+        cfg->window < 0 || cfg->max_chunk < 0)
         return kiln_fail(err, KILN_E_INVALID, "kv pool: bad shape (%d blocks of %d tokens)",
                          (int)cfg->n_blocks, (int)cfg->block_tokens);
     if (cfg->fmt && (cfg->fmt->n_layers != cfg->n_layers || cfg->fmt->head_dim != cfg->head_dim))
@@ -467,10 +467,30 @@ int32_t kv_pool_available(const kv_pool *p)
     return p->n_free + p->n_cached;
 }
 
+int32_t kv_window_first_block(int32_t window, int32_t block_tokens, int64_t pos)
+{
+    if (window <= 0 || block_tokens <= 0) return 0;
+    int64_t lo = pos - window + 1; /* the oldest position the query at pos reads */
+    return lo > 0 ? (int32_t)(lo / block_tokens) : 0;
+}
+
+int64_t kv_seq_max_blocks(int32_t window, int32_t max_chunk, int32_t block_tokens,
+                          int64_t n_positions)
+{
+    if (block_tokens <= 0 || n_positions <= 0) return 0;
+    int64_t n = (n_positions + block_tokens - 1) / block_tokens;
+    if (window <= 0) return n;
+    int64_t span = (int64_t)window - 1 + (max_chunk > 0 ? max_chunk : 1);
+    int64_t cap = (span + block_tokens - 1) / block_tokens + 1;
+    return n < cap ? n : cap;
+}
+
 int kv_pool_can_hold(const kv_pool *p, int32_t n_blocks)
 {
     int32_t need[2] = {0, 0};
-    for (int32_t j = 0; j < n_blocks; j++) {
+    int64_t held = kv_seq_max_blocks(p->cfg.window, p->cfg.max_chunk, p->cfg.block_tokens,
+                                     (int64_t)n_blocks * p->cfg.block_tokens);
+    for (int32_t j = n_blocks - (int32_t)held; j < n_blocks; j++) {
         if (kv_pool_class_of(p, j) == KV_CLASS_MAIN) {
             need[1] += n_blocks - j;
             break;
@@ -554,6 +574,17 @@ kv_block_id kv_pool_lookup_tier(kv_pool *p, uint64_t hash, int32_t block_index)
         return -1;
     }
     return b;
+}
+
+int kv_pool_find(const kv_pool *p, uint64_t hash)
+{
+    if (index_find(p, hash) >= 0) return 1;
+    return p->tier.has && p->tier.has(p->tier.user, hash) ? 2 : 0;
+}
+
+kv_block_id kv_pool_peek(const kv_pool *p, uint64_t hash)
+{
+    return index_find(p, hash);
 }
 
 kv_block_id kv_pool_next_published(const kv_pool *p, int32_t *cursor, uint64_t *hash)

@@ -21,6 +21,12 @@
  * hash of (parent block's hash, its token ids, the namespace), see kv_hash_block.
  * Published blocks whose refcount drops to 0 stay CACHED (on an LRU list) until
  * kv_pool_alloc needs their space; kv_pool_lookup revives them.
+ *
+ * Sliding window (cfg.window > 0, a model whose every layer attends to at most
+ * the last `window` positions): a sequence gives back its blocks that fall out
+ * of the window (eng_seq), so it holds at most kv_seq_max_blocks blocks however
+ * long it runs; admission (kv_pool_can_hold), `kiln fit` and the pool size
+ * count that cap. The pool itself never reads the window otherwise.
  */
 #ifndef KILN_KV_POOL_H
 #define KILN_KV_POOL_H
@@ -41,6 +47,9 @@ typedef struct {
     const kv_format *fmt;  /* NULL = f32 everywhere; copied by kv_pool_create (kv_pool_cfg's
                               points at the pool's copy) */
     int32_t n_blocks_full; /* of n_blocks, the full-precision class (only when fmt splits) */
+    int32_t window;        /* 0, or W: every layer sees at most the last W positions, so a
+                              sequence keeps only the blocks of its window (eng_seq) */
+    int32_t max_chunk;     /* with window: the most positions one step adds to a sequence */
 } kv_pool_config;
 
 typedef struct {
@@ -62,6 +71,8 @@ typedef struct {
     void (*evict)(void *user, uint64_t hash, const void *data, size_t bytes);
     /* fill dst (bytes long) with the block published under hash; 0 on success */
     int (*load)(void *user, uint64_t hash, void *dst, size_t bytes);
+    /* 1 when load would find hash (a cheap index probe; optional) */
+    int (*has)(void *user, uint64_t hash);
 } kv_tier;
 
 /* API */
@@ -111,14 +122,33 @@ void kv_pool_set_tier(kv_pool *pool, const kv_tier *tier);
  * by the tier and published under hash, retained for the caller (ACTIVE); -1
  * when the tier has none or no block is free. */
 kv_block_id kv_pool_lookup_tier(kv_pool *pool, uint64_t hash, int32_t block_index);
+/* Where the block published under hash is, without taking it or counting a
+ * hit: 1 in RAM, 2 only in the tier (its `has`), 0 nowhere. */
+int kv_pool_find(const kv_pool *pool, uint64_t hash);
+/* The RAM block published under hash (ACTIVE or CACHED), not taken and not
+ * counted: read its bytes before the pool next changes. -1 when none. */
+kv_block_id kv_pool_peek(const kv_pool *pool, uint64_t hash);
 /* Walks published blocks (ACTIVE or CACHED) from *cursor (start at 0); -1 at the end. */
 kv_block_id kv_pool_next_published(const kv_pool *pool, int32_t *cursor, uint64_t *hash);
 uint64_t kv_pool_publish_gen(const kv_pool *pool); /* changes whenever a block is published */
 /* 1 when blocks for indices [0, n_blocks) of a new sequence could be allocated
- * now (each class counted apart). */
+ * now (each class counted apart); with a window only the last
+ * kv_seq_max_blocks of them, the ones such a sequence holds at once. */
 int kv_pool_can_hold(const kv_pool *pool, int32_t n_blocks);
 /* Checks invariants (1)..(4) of kv_pool.c; returns 0 when they hold. Tests. */
 int kv_pool_check(const kv_pool *pool);
+
+/* Sliding window. The first block a sequence whose next query sits at position
+ * `pos` still reads: attention at p reads positions p - window + 1 .. p, so
+ * blocks before floor((pos - window + 1) / bt) hold only older positions.
+ * 0 without a window (window <= 0). */
+int32_t kv_window_first_block(int32_t window, int32_t block_tokens, int64_t pos);
+/* The most blocks a sequence of n_positions holds at once: ceil(n / bt); with
+ * a window at most ceil((window - 1 + max_chunk) / bt) + 1 (a step adds up to
+ * max_chunk positions after the window of its first query, and the window may
+ * straddle one more block boundary). */
+int64_t kv_seq_max_blocks(int32_t window, int32_t max_chunk, int32_t block_tokens,
+                          int64_t n_positions);
 
 /* Hash chain over token ids: hash of one block given its parent's hash (0 for
  * the first block) and a namespace (model identity, adapter, KV format). */

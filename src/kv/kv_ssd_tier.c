@@ -17,12 +17,17 @@ static int tier_load(void *user, uint64_t hash, void *dst, size_t bytes)
     return kv_ssd_get(user, KV_SSD_BLOCK, hash, dst, bytes, NULL) == KILN_OK ? 0 : -1;
 }
 
+static int tier_has(void *user, uint64_t hash)
+{
+    return kv_ssd_has(user, KV_SSD_BLOCK, hash);
+}
+
 void kv_ssd_attach(kv_ssd *s, kv_pool *pool)
 {
     if (!s) {
         kv_pool_set_tier(pool, NULL);
         return;
     }
-    kv_tier t = {.user = s, .evict = tier_evict, .load = tier_load};
+    kv_tier t = {.user = s, .evict = tier_evict, .load = tier_load, .has = tier_has};
     kv_pool_set_tier(pool, &t);
 }

@@ -29,6 +29,7 @@ struct mdl_ctx {
     int32_t max_tokens, max_seqs, max_ctx;
     int n_threads;
     int64_t attn_scratch; /* floats per thread */
+    int32_t read_window;  /* every layer reads at most this many positions back; 0 = all */
     arena ar;             /* OWNED */
 };
 
@@ -89,6 +90,14 @@ kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens,
     cx->max_seqs = max_seqs;
     cx->max_ctx = max_ctx;
     cx->n_threads = pool ? kn_pool_threads(pool) : 1;
+    for (int64_t L = 0; L < m->cfg.n_layers; L++) {
+        int32_t w = m->layers[L].window;
+        if (w <= 0) {
+            cx->read_window = 0; /* a full-attention layer reads every position */
+            break;
+        }
+        if (w > cx->read_window) cx->read_window = w;
+    }
     size_t bytes = mdl_scratch_bytes(&m->cfg, cx->n_threads, max_tokens, max_seqs, max_ctx,
                                      &cx->attn_scratch);
     kiln_code rc = arena_init(&cx->ar, bytes, err);
@@ -192,7 +201,7 @@ static void silu_rows(void *ctx, int64_t t0, int64_t t1, int tid)
 
 /* ---------------------------------------------------------------- the step */
 
-static kiln_code check_batch(const mdl_ctx *cx, const mdl_seq *seqs, int32_t n_seqs,
+static kiln_code check_batch(const mdl_ctx *cx, const mdl_seq *seqs, int32_t n_seqs, int32_t bt,
                              int32_t *T_out, kiln_err *err)
 {
     if (n_seqs < 1 || n_seqs > cx->max_seqs)
@@ -206,6 +215,16 @@ static kiln_code check_batch(const mdl_ctx *cx, const mdl_seq *seqs, int32_t n_s
             return kiln_fail(err, KILN_E_INVALID,
                              "sequence %d: %d tokens at position %d do not fit the context (%d)",
                              (int)i, (int)s->n_tokens, (int)s->pos0, (int)cx->max_ctx);
+        /* every block attention reads (the window of pos0 onward) must be held:
+         * entries before it may have been given back (-1) */
+        int64_t lo = cx->read_window > 0 ? (int64_t)s->pos0 - cx->read_window + 1 : 0;
+        for (int64_t j = lo > 0 ? lo / bt : 0; j < ((int64_t)s->pos0 + s->n_tokens + bt - 1) / bt;
+             j++)
+            if (s->blocks[j] < 0)
+                return kiln_fail(
+                    err, KILN_E_INTERNAL,
+                    "sequence %d: block %lld is read at position %d but was given back", (int)i,
+                    (long long)j, (int)s->pos0);
         for (int32_t j = 0; j < s->n_tokens; j++)
             if (s->tokens[j] < 0 || s->tokens[j] >= vocab)
                 return kiln_fail(err, KILN_E_INVALID, "token id %d is out of range (vocab %lld)",
@@ -274,9 +293,9 @@ static void step_bind_layer(step *s, int32_t L)
         kn_attn_args *a = &s->aa[i];
         int32_t nb = (sq->pos0 + sq->n_tokens + bt - 1) / bt;
         const void **kp = (const void **)a->k_blocks, **vp = (const void **)a->v_blocks;
-        for (int32_t j = 0; j < nb; j++) {
-            kp[j] = kv_pool_layer_k(s->kv, sq->blocks[j], L);
-            vp[j] = kv_pool_layer_v(s->kv, sq->blocks[j], L);
+        for (int32_t j = 0; j < nb; j++) { /* -1: given back, out of every window */
+            kp[j] = sq->blocks[j] >= 0 ? kv_pool_layer_k(s->kv, sq->blocks[j], L) : NULL;
+            vp[j] = sq->blocks[j] >= 0 ? kv_pool_layer_v(s->kv, sq->blocks[j], L) : NULL;
         }
         /* a block's class follows from its index: the full-precision blocks
          * (--quantized-kv-start) are the sequence's first ones */
@@ -336,7 +355,7 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
     const mdl_model *m = cx->m;
     const wt_config *c = &m->cfg;
     step s = {.cx = cx, .kv = kv, .seqs = seqs, .n_seqs = n_seqs};
-    kiln_code rc = check_batch(cx, seqs, n_seqs, &s.T, err);
+    kiln_code rc = check_batch(cx, seqs, n_seqs, kv_pool_cfg(kv)->block_tokens, &s.T, err);
     if (rc) return rc;
     arena_reset(&cx->ar);
     if ((rc = step_alloc(&s, err))) return rc;

@@ -31,7 +31,9 @@ typedef struct {
     const int32_t *tokens;     /* [n_tokens] BORROWED */
     int32_t n_tokens;          /* >= 1 */
     int32_t pos0;              /* position of tokens[0] */
-    const kv_block_id *blocks; /* BORROWED block table covering [0, pos0 + n_tokens) */
+    const kv_block_id *blocks; /* BORROWED block table covering [0, pos0 + n_tokens); with
+                                  sliding-window layers only, entries before the
+                                  window of pos0 may be -1 (given back, never read) */
     int32_t n_logits;          /* logits for the last n_logits tokens, 0..n_tokens */
     int32_t rope_len;          /* sequence length dynamic-NTK RoPE scales for (HF uses the
                                   length of the forward: the whole prompt at prefill, pos+1

@@ -142,6 +142,15 @@ int srv_route_stats(srv_server *s, json_t **body)
         json_object_set_new(kvj, "block_bytes", json_integer((json_int_t)st.kv.block_bytes));
         json_object_set_new(kvj, "block_bytes_full",
                             json_integer((json_int_t)st.kv.block_bytes_full));
+        /* sliding windows: per layer kind, and the cap the pool applies (0 = none) */
+        json_object_set_new(kvj, "kv_bytes_per_token_full_layers",
+                            json_integer((json_int_t)st.kv_bytes_per_token_full_layers));
+        json_object_set_new(kvj, "kv_bytes_per_token_sliding_layers",
+                            json_integer((json_int_t)st.kv_bytes_per_token_sliding_layers));
+        json_object_set_new(kvj, "sliding_window", json_integer(st.kv_sliding_window));
+        json_object_set_new(kvj, "sliding_layers", json_integer(st.kv_sliding_layers));
+        json_object_set_new(kvj, "kv_window", json_integer(st.kv_window));
+        json_object_set_new(kvj, "seq_max_blocks", json_integer((json_int_t)st.kv_seq_max_blocks));
     }
     srv_rstore_stats rs = srv_rstore_get_stats(s->rstore);
     if (j)

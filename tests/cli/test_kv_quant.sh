@@ -3,6 +3,9 @@
 # bytes per token (scale/bias included), `kiln serve --kv-quant` /stats
 # reporting the same kv_format and kv_bytes_per_token as fit and the same
 # pool bytes, `kvq-report` output, and bad flag values refused with exit 2.
+# A sliding-window model (every layer slides): fit, /fit and /stats agree on
+# the window cap and the pool, and --kv-budget admits a request far longer
+# than the window because only the window's blocks are held.
 set -u
 KILN=${KILN_BIN:?}
 M=${KILN_SHARED_DIR:?}/models/stories260K
@@ -42,5 +45,30 @@ kill -TERM $pid; wait $pid
 [ "$(get "$s" kv kv_format)" = "q4g8@64" ] && [ "$(get "$s" kv kv_bytes_per_token)" = 480 ] \
   && [ "$(get "$s" kv bytes)" = "$(get "$j" kv_pool_bytes)" ] && [ "$(get "$s" kv blocks_full)" = 8 ] \
   && ok stats || no stats "$s"
+# a synthetic Mistral whose 2 layers slide over 20 positions (q8g16: 192 B/token)
+W=$T/swa; $PY "${KILN_SOURCE_DIR:?}/tools/make-test-model" --arch mistral --dtype f32 \
+  --sliding-window 20 --out "$W" >/dev/null || no make_swa "exit $?"
+j=$("$KILN" fit --model "$W" --ctx 2048 --batch 2 --bandwidth 10 --json --kv-quant 8)
+# ceil((20 - 1 + 512) / 16) + 1 = 35 blocks held at most; pool 2 x 36 blocks
+[ "$(get "$j" kv_window)" = 20 ] && [ "$(get "$j" sliding_layers)" = 2 ] \
+  && [ "$(get "$j" kv_bytes_per_token)" = 192 ] && [ "$(get "$j" kv_bytes_per_token_sliding_layers)" = 192 ] \
+  && [ "$(get "$j" kv_bytes_per_token_full_layers)" = 0 ] && [ "$(get "$j" kv_seq_max_blocks)" = 35 ] \
+  && [ "$(get "$j" kv_blocks)" = 72 ] && [ "$(get "$j" kv_pool_bytes)" = $((72 * 16 * 192)) ] \
+  && [ "$(get "$j" kv_seq_bytes)" = $((35 * 16 * 192)) ] && ok fit_window || no fit_window "$j"
+# --kv-budget 110,000 B: 560 positions x 192 B = 107,520 fit; 800 positions would not
+"$KILN" serve --model "$W" --port "$PORT" --threads 1 --batch 2 --ctx 2048 --kv-quant 8 \
+  --kv-budget 0.00011 > "$T/serve2.out" 2>&1 & pid=$!
+for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break; sleep 0.05; done
+body=$($PY -c "import json; print(json.dumps({'prompt': 'Once upon a time, there was a little girl named Lily. ' * 8, 'max_tokens': 700, 'temperature': 0, 'ignore_eos': True}))")
+r=$(curl -s "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' -d "$body")
+s=$(curl -s "http://127.0.0.1:$PORT/stats"); fj=$(curl -s "http://127.0.0.1:$PORT/fit")
+kill -TERM $pid; wait $pid
+[ "$(get "$r" usage completion_tokens)" = 700 ] && [ "$(get "$r" usage prompt_tokens)" -gt 60 ] \
+  && ok window_kv_budget || no window_kv_budget "$r"
+[ "$(get "$s" kv kv_window)" = 20 ] && [ "$(get "$s" kv sliding_window)" = 20 ] \
+  && [ "$(get "$s" kv seq_max_blocks)" = 35 ] && [ "$(get "$s" kv bytes)" = "$(get "$j" kv_pool_bytes)" ] \
+  && [ "$(get "$s" kv kv_bytes_per_token_sliding_layers)" = 192 ] && [ "$(get "$s" kv blocks_used)" = 0 ] \
+  && [ "$(get "$fj" kv_window)" = 20 ] && [ "$(get "$fj" kv_pool_bytes)" = "$(get "$j" kv_pool_bytes)" ] \
+  && ok stats_window || no stats_window "$s $fj"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

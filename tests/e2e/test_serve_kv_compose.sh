@@ -16,7 +16,12 @@
 #      scratch that grows with the context), a prompt over the f32 limit is
 #      refused at f32 and served at 4-bit;
 #   f. --kv-budget: the projection uses the quantized bytes per token (and f32
-#      for the positions before --quantized-kv-start).
+#      for the positions before --quantized-kv-start);
+#   g. a sliding-window model (every layer slides over 24 positions) with
+#      --kv-quant 8 + --ssd-cache + --generation-checkpoint: a ~700-token
+#      prompt + 300 tokens runs in a pool far smaller than its length, and
+#      after a restart the prefix is cached again, loaded as only the window's
+#      blocks, with the same text.
 . "$(dirname "$0")/lib.sh"
 e2e_need
 PY=/usr/bin/python3
@@ -179,5 +184,27 @@ codeks=$(curl -s -o "$E2E_TMP/ks.json" -w '%{http_code}' "$KS_URL/v1/completions
 check "f: ... but not with its first 256 positions in f32 ($codeks: $(grep -o '= [0-9]* bytes) is over' "$E2E_TMP/ks.json"))" \
   bash -c "[ $codeks = 400 ] && grep -q 'quantized-kv-start' '$E2E_TMP/ks.json'"
 e2e_stop "$K0_PID"; e2e_stop "$K8_PID"; e2e_stop "$KS_PID"
+# ---- g. sliding window x q8 x SSD tier x checkpoints x restart
+SWA="$KILN_BINARY_DIR/test-models/e2e-swa-w24"
+if [ ! -f "$SWA/model.safetensors" ]; then
+  "$KILN_SOURCE_DIR/tools/make-test-model" --arch mistral --dtype f32 --sliding-window 24 \
+    --out "$SWA.tmp$$" >/dev/null && { mv -T "$SWA.tmp$$" "$SWA" 2>/dev/null || rm -rf "$SWA.tmp$$"; }
+fi
+SDIR="$E2E_TMP/ssd-swa"
+SWA_FLAGS=(--model "$SWA" --ctx 2048 --batch 2 --kv-quant 8 --ssd-cache "$SDIR" --generation-checkpoint 16)
+e2e_server G1 "${SWA_FLAGS[@]}" || exit 1
+g1=$($PY "$REQ" "$G1_URL" 3 300 '{"ignore_eos": true}')
+gp=$(j "$g1" "['prompt']")
+check "g: window 24: $gp + 300 positions in a $(stat_of "$G1_URL" "['kv']['blocks_total']")-block pool (at most $(stat_of "$G1_URL" "['kv']['seq_max_blocks']") held)" \
+  bash -c "[ '$(j "$g1" "['finish']")' = length ] && [ $(stat_of "$G1_URL" "['kv']['blocks_total']") -lt $(( (gp + 300) / 16 )) ]"
+curl -s -X POST "$G1_URL/admin/cache/flush" >/dev/null
+e2e_stop "$G1_PID"
+e2e_server G2 "${SWA_FLAGS[@]}" || exit 1
+g2=$($PY "$REQ" "$G2_URL" 3 300 '{"ignore_eos": true}')
+gh=$(stat_of "$G2_URL" "['ssd_cache']['hits']")
+check "g: after the restart $(j "$g2" "['cached']") of $gp prompt tokens cached, $gh blocks read from disk (the window's)" \
+  bash -c "[ $(j "$g2" "['cached']") -ge $((gp - 16)) ] && [ $gh -ge 1 ] && [ $gh -le 3 ]"
+check "g: identical greedy text" [ "$(j "$g1" "['text']")" = "$(j "$g2" "['text']")" ]
+e2e_stop "$G2_PID"
 echo "kv compose: $(($(date +%s) - T0)) s"
 e2e_done

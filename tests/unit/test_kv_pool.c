@@ -213,6 +213,42 @@ static void test_two_block_classes(void)
     kv_pool_destroy(p);
 }
 
+/* With a window a new sequence of any length needs only the blocks it holds
+ * at once (kv_seq_max_blocks), counted in the classes of its last indices;
+ * kv_pool_find / kv_pool_peek see a published block without taking it. */
+static void test_window_can_hold_counts_the_window(void)
+{
+    kiln_err err;
+    kv_format f;
+    ASSERT_OK(kv_format_init(&f, KV_QUANT_4, 0, 8, 2, 8, &err)); /* f32 before 8 */
+    kv_pool_config c = {.n_blocks = 6, .block_tokens = 4, .n_layers = 2, .n_kv_heads = 2,
+                        .head_dim = 8, .fmt = &f, .n_blocks_full = 2, .window = 6,
+                        .max_chunk = 4};
+    kv_pool *p;
+    ASSERT_OK(kv_pool_create(&c, &p, &err));
+    ASSERT_EQ_I64(kv_seq_max_blocks(6, 4, 4, 1000), 4); /* ceil(9 / 4) + 1 */
+    ASSERT_TRUE(kv_pool_can_hold(p, 1000)); /* 4 main blocks: fits the 4 main ones */
+    ASSERT_TRUE(kv_pool_can_hold(p, 4));    /* indices 0..3: 2 full + 2 main */
+    kv_block_id b;
+    ASSERT_OK(kv_pool_alloc_at(p, 10, &b, &err)); /* a main block */
+    ASSERT_TRUE(!kv_pool_can_hold(p, 1000));      /* 3 main left */
+    ASSERT_TRUE(kv_pool_can_hold(p, 5));          /* indices 1..4: 1 full + 3 main */
+    ASSERT_EQ_I64(kv_pool_find(p, 99), 0);
+    ASSERT_EQ_I64(kv_pool_publish(p, b, 99), 1);
+    kv_pool_release(p, b); /* CACHED */
+    uint64_t hits = kv_pool_get_stats(p).hits;
+    ASSERT_EQ_I64(kv_pool_find(p, 99), 1);
+    ASSERT_EQ_I64(kv_pool_peek(p, 99), b);
+    ASSERT_EQ_U64(kv_pool_get_stats(p).hits, hits); /* not counted */
+    ASSERT_EQ_I64(kv_pool_get_stats(p).n_cached, 1); /* not taken */
+    ASSERT_TRUE(kv_pool_can_hold(p, 1000));
+    ASSERT_EQ_I64(kv_pool_check(p), 0);
+    c.window = -1;
+    kv_pool *bad;
+    ASSERT_CODE(kv_pool_create(&c, &bad, &err), KILN_E_INVALID);
+    kv_pool_destroy(p);
+}
+
 int main(void)
 {
     RUN(test_two_block_classes);
@@ -223,5 +259,6 @@ int main(void)
     RUN(test_hash_chain_depends_on_parent_tokens_and_namespace);
     RUN(test_cache_cap_frees_least_recent_cached_blocks);
     RUN(test_bad_config_is_an_error);
+    RUN(test_window_can_hold_counts_the_window);
     return TEST_DONE();
 }
