@@ -9,6 +9,9 @@
  * or threads (batch invariance). Quantized K/V rows (kn_kvq.h) are decoded
  * once per row for the whole head group by kv_load_avx2, which yields bitwise
  * the floats of the scalar kn_kv_load (f32 mul then add, exact conversions).
+ * Rotated formats: as in ref, each head's query is rotated per block class
+ * (scalar kn_kv_rotate), and each class's V sum is scaled by 1/Σ and rotated
+ * back; a second accumulator only when the two classes rotate differently.
  */
 #if defined(__x86_64__)
 #include <math.h>
@@ -96,20 +99,37 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
     int32_t hd = a->head_dim, p = a->pos0 + i, rowlen = a->pos0 + a->n_q;
     int32_t kvh = h / (a->n_heads / a->n_kv_heads);
     int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0, nk = p - lo + 1;
-    float *acc = scratch;                           /* [GMAX][hd + 8] */
-    float *scores = scratch + GMAX * (hd + 8);       /* [GMAX][rowlen] */
-    float *row = scores + GMAX * rowlen;             /* [hd + 8]: one decoded K or V row */
-    const float *q[GMAX];
+    int32_t hp = hd + 8;
+    float *acc = scratch;                /* [2][GMAX][hp]: per block class */
+    float *qr = acc + 2 * GMAX * hp;     /* [2][GMAX][hp]: rotated queries */
+    float *scores = qr + 2 * GMAX * hp;  /* [GMAX][rowlen] */
+    float *row = scores + GMAX * rowlen; /* [hp]: one decoded K or V row */
+    /* class c (0 = blocks < full_blocks, 1 = the rest): rotation, queries, accumulator */
+    int32_t rot[2] = {kn_kv_rot_of(a->fmt_full, hd), kn_kv_rot_of(a->fmt, hd)};
+    int two = rot[0] != rot[1];
+    int64_t first_main = (int64_t)a->full_blocks * a->block_tokens;
+    const float *q[2][GMAX];
     float m[GMAX];
     __m256i tail = kn_tail_mask(hd & 7);
     for (int g = 0; g < G; g++) {
-        q[g] = a->q + ((int64_t)i * a->n_heads + h + g) * hd;
+        const float *q0 = a->q + ((int64_t)i * a->n_heads + h + g) * hd;
+        for (int c = 0; c < 2; c++) {
+            q[c][g] = q0;
+            if (rot[c] && (c == 0 || two)) {
+                float *t = qr + (c * GMAX + g) * hp;
+                memcpy(t, q0, sizeof(float) * (size_t)hd);
+                kn_kv_rotate(rot[c], t, hd);
+                q[c][g] = t;
+            }
+        }
+        if (!two) q[1][g] = q[0][g];
         m[g] = -INFINITY;
     }
     for (int32_t j = lo; j <= p; j++) {
         const float *k = kv_at(a->k_blocks, a, j, kvh, row);
+        const float *const *qc = q[j >= first_main];
         for (int g = 0; g < G; g++) {
-            float s = dot_hd(q[g], k, hd, tail) * a->scale;
+            float s = dot_hd(qc[g], k, hd, tail) * a->scale;
             if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
             scores[g * rowlen + j - lo] = s;
             m[g] = s > m[g] ? s : m[g];
@@ -134,13 +154,14 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
         }
         inv[g] = 1.0f / kn_hsum256(sum);
     }
-    memset(acc, 0, sizeof(float) * (size_t)(GMAX * (hd + 8)));
+    memset(acc, 0, sizeof(float) * (size_t)((1 + two) * GMAX * hp));
     int32_t h8 = hd & ~7;
     for (int32_t jj = lo; jj <= p; jj++) {
         const float *v = kv_at(a->v_blocks, a, jj, kvh, row);
+        float *acj = acc + (two && jj >= first_main ? GMAX * hp : 0);
         for (int g = 0; g < G; g++) {
             __m256 w = _mm256_set1_ps(scores[g * rowlen + jj - lo]);
-            float *ac = acc + g * (hd + 8);
+            float *ac = acj + g * hp;
             int32_t e = 0;
             for (; e < h8; e += 8)
                 _mm256_storeu_ps(ac + e, _mm256_fmadd_ps(w, _mm256_loadu_ps(v + e), _mm256_loadu_ps(ac + e)));
@@ -150,11 +171,21 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
     }
     for (int g = 0; g < G; g++) {
         __m256 iv = _mm256_set1_ps(inv[g]);
-        const float *ac = acc + g * (hd + 8);
         float *o = a->out + ((int64_t)i * a->n_heads + h + g) * hd;
-        int32_t e = 0;
-        for (; e < h8; e += 8) _mm256_storeu_ps(o + e, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
-        if (e < hd) _mm256_maskstore_ps(o + e, tail, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
+        for (int c = 0; c < 1 + two; c++) {
+            /* class 0 straight into o; class 1 (only when it rotates differently)
+             * scaled in place, rotated back, then added */
+            float *ac = acc + (c * GMAX + g) * hp, *dst = c ? ac : o;
+            int32_t e = 0;
+            for (; e < h8; e += 8)
+                _mm256_storeu_ps(dst + e, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
+            if (e < hd)
+                _mm256_maskstore_ps(dst + e, tail, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
+            kn_kv_rotate(rot[c], dst, hd);
+        }
+        if (two)
+            for (int32_t e = 0; e < hd; e++)
+                o[e] += acc[(GMAX + g) * hp + e];
     }
 }
 
