@@ -317,6 +317,26 @@ static void test_rotation_blocks(void)
     for (int i = 0; i < 16; i++)
         ASSERT_NEAR_F32(x[i], y[i], 5e-6f);
     kn_kv_rotate(0, x, 16); /* no-op */
+    /* the unrolled/vectorized butterflies give the floats of the plain loop */
+    static float big[1024], want[1024];
+    for (int32_t b = 2; b <= KN_KV_ROT_MAX; b *= 2) {
+        for (int i = 0; i < 1024; i++)
+            big[i] = want[i] = rndf() * 7;
+        kn_kv_rotate(b, big, 1024);
+        float norm = (float)(1.0 / sqrt((double)b));
+        for (int32_t o = 0; o < 1024; o += b) {
+            for (int32_t h = 1; h < b; h *= 2)
+                for (int32_t i = o; i < o + b; i += 2 * h)
+                    for (int32_t j = i; j < i + h; j++) {
+                        float p = want[j], q = want[j + h];
+                        want[j] = p + q;
+                        want[j + h] = p - q;
+                    }
+            for (int32_t i = o; i < o + b; i++)
+                want[i] *= norm;
+        }
+        if (memcmp(big, want, sizeof big) != 0) TEST_FAIL_("block %d differs", (int)b);
+    }
 }
 
 /* A rotated record decodes to the rotated row; rotating back gives the input

@@ -125,14 +125,18 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
         if (!two) q[1][g] = q[0][g];
         m[g] = -INFINITY;
     }
-    for (int32_t j = lo; j <= p; j++) {
-        const float *k = kv_at(a->k_blocks, a, j, kvh, row);
-        const float *const *qc = q[j >= first_main];
-        for (int g = 0; g < G; g++) {
-            float s = dot_hd(qc[g], k, hd, tail) * a->scale;
-            if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
-            scores[g * rowlen + j - lo] = s;
-            m[g] = s > m[g] ? s : m[g];
+    /* keys of class 0 are [lo, mid), of class 1 [mid, p]: ascending either way */
+    int32_t mid = first_main < lo ? lo : first_main > p + 1 ? p + 1 : (int32_t)first_main;
+    for (int c = 0; c < 2; c++) {
+        const float *const *qc = q[c];
+        for (int32_t j = c ? mid : lo, end = c ? p + 1 : mid; j < end; j++) {
+            const float *k = kv_at(a->k_blocks, a, j, kvh, row);
+            for (int g = 0; g < G; g++) {
+                float s = dot_hd(qc[g], k, hd, tail) * a->scale;
+                if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
+                scores[g * rowlen + j - lo] = s;
+                m[g] = s > m[g] ? s : m[g];
+            }
         }
     }
     float inv[GMAX];
@@ -158,7 +162,7 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
     int32_t h8 = hd & ~7;
     for (int32_t jj = lo; jj <= p; jj++) {
         const float *v = kv_at(a->v_blocks, a, jj, kvh, row);
-        float *acj = acc + (two && jj >= first_main ? GMAX * hp : 0);
+        float *acj = acc + (two && jj >= mid ? GMAX * hp : 0);
         for (int g = 0; g < G; g++) {
             __m256 w = _mm256_set1_ps(scores[g * rowlen + jj - lo]);
             float *ac = acj + g * hp;
