@@ -103,15 +103,16 @@ int main(int argc, char **argv)
     char list[64];
     snprintf(list, sizeof list, "%s", kvs);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-        kn_kv_fmt f = {KN_KV_F32, 0};
+        kn_kv_fmt f = {KN_KV_F32, 0, 0};
+        int32_t g64 = head_dim < 64 ? head_dim : 64, rot = kn_kv_rot_block(head_dim);
         if (strcmp(tok, "f16") == 0)
             f.dtype = KN_KV_F16;
         else if (strcmp(tok, "bf16") == 0)
             f.dtype = KN_KV_BF16;
         else if (strcmp(tok, "q8") == 0)
-            f = (kn_kv_fmt){KN_KV_Q8, head_dim < 64 ? head_dim : 64};
+            f = (kn_kv_fmt){KN_KV_Q8, g64, rot};
         else if (strcmp(tok, "q4") == 0)
-            f = (kn_kv_fmt){KN_KV_Q4, head_dim < 64 ? head_dim : 64};
+            f = (kn_kv_fmt){KN_KV_Q4, g64, rot};
         else if (strcmp(tok, "f32") != 0) {
             fprintf(stderr, "bench_attn: unknown KV format %s\n", tok);
             return 2;

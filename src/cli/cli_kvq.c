@@ -55,20 +55,23 @@ int cli_kvq_report(int argc, char **argv)
     if (eng_kvq_measure(model, &base, cand, n, (int32_t)positions, r, &err))
         return cli_fail("kvq-report", &err);
     if (!json)
-        printf("%-40s %-10s %9s %11s %11s %8s %9s\n", "model", "kv", "bytes/tok", "KL mean",
-               "KL max", "top1", "greedy");
+        printf("%-40s %-10s %9s %11s %11s %8s %9s %9s %9s %9s\n", "model", "kv", "bytes/tok",
+               "KL mean", "KL max", "top1", "greedy", "logit err", "min marg", "div marg");
     for (int32_t i = 0; i < n; i++) {
         if (json)
             printf("{\"model\": \"%s\", \"kv_format\": \"%s\", \"kv_bytes_per_token\": %llu, "
                    "\"positions\": %d, \"kl_mean\": %.6e, \"kl_max\": %.6e, \"top1_agree\": %.6f, "
-                   "\"greedy_same\": %d, \"greedy_len\": %d}\n",
+                   "\"greedy_same\": %d, \"greedy_len\": %d, \"logit_err\": %.6e, "
+                   "\"margin_min\": %.6e, \"div_margin\": %.6e}\n",
                    model, r[i].kv_format, (unsigned long long)r[i].kv_bytes_per_token,
                    (int)r[i].positions, r[i].kl_mean, r[i].kl_max, r[i].top1_agree,
-                   (int)r[i].greedy_same, (int)r[i].greedy_len);
+                   (int)r[i].greedy_same, (int)r[i].greedy_len, r[i].logit_err, r[i].margin_min,
+                   r[i].div_margin);
         else
-            printf("%-40s %-10s %9llu %11.3e %11.3e %7.2f%% %4d/%-4d\n", model, r[i].kv_format,
-                   (unsigned long long)r[i].kv_bytes_per_token, r[i].kl_mean, r[i].kl_max,
-                   100.0 * r[i].top1_agree, (int)r[i].greedy_same, (int)r[i].greedy_len);
+            printf("%-40s %-10s %9llu %11.3e %11.3e %7.2f%% %4d/%-4d %9.3g %9.3g %9.3g\n", model,
+                   r[i].kv_format, (unsigned long long)r[i].kv_bytes_per_token, r[i].kl_mean,
+                   r[i].kl_max, 100.0 * r[i].top1_agree, (int)r[i].greedy_same,
+                   (int)r[i].greedy_len, r[i].logit_err, r[i].margin_min, r[i].div_margin);
     }
     return 0;
 }

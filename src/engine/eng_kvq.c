@@ -123,11 +123,32 @@ kiln_code eng_kvq_measure(const char *dir, const eng_runtime_opts *base,
                got.ids[r->greedy_same] == ref.ids[r->greedy_same])
             r->greedy_same++;
         if ((rc = all_rows(rt, teacher, nt, rows, err))) goto done;
-        double sum = 0;
+        double sum = 0, esum = 0;
         int32_t agree = 0;
+        r->margin_min = INFINITY;
+        r->div_margin = -1;
+        if (r->greedy_same < ref.n && r->greedy_same < got.n) {
+            /* row greedy_same predicted the first differing token, after the
+             * same prefix in both runs */
+            const float *a = rows_ref + (size_t)r->greedy_same * (size_t)vocab;
+            r->div_margin = (double)a[ref.ids[r->greedy_same]] - a[got.ids[r->greedy_same]];
+        }
         for (int32_t t = 0; t < nt; t++) {
             const float *a = rows_ref + (size_t)t * (size_t)vocab,
                         *b = rows + (size_t)t * (size_t)vocab;
+            double emax = 0, top = -INFINITY, second = -INFINITY;
+            for (int64_t i = 0; i < vocab; i++) {
+                double e = fabs((double)a[i] - b[i]);
+                emax = e > emax ? e : emax;
+                if (a[i] > top) {
+                    second = top;
+                    top = a[i];
+                } else if (a[i] > second) {
+                    second = a[i];
+                }
+            }
+            esum += emax;
+            if (vocab > 1 && top - second < r->margin_min) r->margin_min = top - second;
             log_softmax(a, vocab, lp);
             log_softmax(b, vocab, lq);
             double kl = 0;
@@ -141,6 +162,8 @@ kiln_code eng_kvq_measure(const char *dir, const eng_runtime_opts *base,
         r->positions = nt;
         r->kl_mean = sum / nt;
         r->top1_agree = (double)agree / nt;
+        r->logit_err = esum / nt;
+        if (!isfinite(r->margin_min)) r->margin_min = 0;
         eng_runtime_close(rt);
         rt = NULL;
     }

@@ -15,7 +15,11 @@
  * prefill), KL(p_f32 || p_fmt) of the softmax per position (nats), and the
  * fraction of positions whose argmax matches; (b) free-running: greedy-decode
  * `positions` tokens with the candidate format (decode path) and count the
- * leading tokens equal to the f32 run.
+ * leading tokens equal to the f32 run. To tell a real loss from a near-tie,
+ * it also reports the mean over rows of the largest |logit difference|, the
+ * smallest f32 top-1 − top-2 margin along the teacher sequence, and at the
+ * row where free-running greedy first differs, f32's margin between its own
+ * token and the candidate's pick (how close a tie the format broke).
  */
 #ifndef KILN_ENG_KVQ_H
 #define KILN_ENG_KVQ_H
@@ -30,6 +34,10 @@ typedef struct {
     double top1_agree;           /* fraction of rows with the same argmax */
     int32_t greedy_same;         /* leading free-running greedy tokens equal to f32's */
     int32_t greedy_len;          /* tokens decoded (positions) */
+    double logit_err;            /* mean over rows of max_i |logit_f32 - logit_fmt| */
+    double margin_min;           /* smallest f32 top-1 - top-2 logit margin over the rows */
+    double div_margin;           /* f32 logit(f32's token) - logit(format's token) at the
+                                    first differing greedy step; -1 when none differs */
     uint64_t kv_bytes_per_token; /* the candidate's main-class bytes per token */
     char kv_format[128];
 } eng_kvq_result;

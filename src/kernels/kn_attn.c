@@ -14,7 +14,9 @@ void kn_attn_heads(const kn_attn_args *a, int32_t h0, int32_t h1, float *scratch
 int64_t kn_attn_scratch_floats(const kn_attn_args *a)
 {
     /* every variant fits: up to 8 query heads at once, each with a score row for
-     * the longest query (pos0 + n_q keys) and a padded head_dim accumulator,
+     * the longest query (pos0 + n_q keys), two padded head_dim accumulators and
+     * two rotated copies of its query (rotated formats, one per block class),
      * plus one decoded K row and a tile of 16 decoded V rows (quantized formats) */
-    return 8 * ((int64_t)a->pos0 + a->n_q + a->head_dim + 8) + 17 * ((int64_t)a->head_dim + 8) + 16;
+    return 8 * ((int64_t)a->pos0 + a->n_q) + 8 * 4 * ((int64_t)a->head_dim + 8) +
+           17 * ((int64_t)a->head_dim + 8) + 16;
 }

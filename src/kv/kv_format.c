@@ -47,7 +47,7 @@ const char *kv_quant_name(kv_quant_mode m)
 static kiln_code make_fmt(int bits, int32_t group, int32_t head_dim, const char *what,
                           kn_kv_fmt *out, kiln_err *err)
 {
-    kn_kv_fmt f = {0, 0};
+    kn_kv_fmt f = {0, 0, 0};
     switch (bits) {
     case 32:
         f.dtype = KN_KV_F32;
@@ -72,6 +72,7 @@ static kiln_code make_fmt(int bits, int32_t group, int32_t head_dim, const char 
                              "%s: group size %d must be even, at most 512, and divide head_dim %d",
                              what, (int)group, (int)head_dim);
         f.group = group;
+        f.rot = kn_kv_rot_block(head_dim); /* always: see kv_format.h */
     }
     *out = f;
     return KILN_OK;
@@ -96,7 +97,7 @@ static void init_common(kv_format *f, int32_t n_layers, int32_t head_dim, int32_
     f->n_layers = n_layers;
     f->head_dim = head_dim;
     f->quant_start = quant_start;
-    f->full = (kn_kv_fmt){KN_KV_F32, 0};
+    f->full = (kn_kv_fmt){KN_KV_F32, 0, 0};
 }
 
 kiln_code kv_format_init(kv_format *f, kv_quant_mode mode, int32_t group, int32_t quant_start,
@@ -105,7 +106,7 @@ kiln_code kv_format_init(kv_format *f, kv_quant_mode mode, int32_t group, int32_
     kiln_code rc = check_shape(n_layers, head_dim, quant_start, group, err);
     if (rc) return rc;
     init_common(f, n_layers, head_dim, quant_start);
-    kn_kv_fmt one = {KN_KV_F32, 0};
+    kn_kv_fmt one = {KN_KV_F32, 0, 0};
     switch (mode) {
     case KV_QUANT_OFF:
         break;
@@ -146,11 +147,11 @@ static kiln_code parse_entry(const json_t *e, int32_t group, int32_t head_dim, c
     if (dt) {
         const char *s = json_string_value(dt);
         if (s && !strcmp(s, "f16"))
-            *out = (kn_kv_fmt){KN_KV_F16, 0};
+            *out = (kn_kv_fmt){KN_KV_F16, 0, 0};
         else if (s && (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")))
-            *out = (kn_kv_fmt){KN_KV_BF16, 0};
+            *out = (kn_kv_fmt){KN_KV_BF16, 0, 0};
         else if (s && (!strcmp(s, "f32") || !strcmp(s, "float32")))
-            *out = (kn_kv_fmt){KN_KV_F32, 0};
+            *out = (kn_kv_fmt){KN_KV_F32, 0, 0};
         else
             return kiln_fail(err, KILN_E_INVALID, "%s: dtype must be f32, f16 or bf16", what);
         return KILN_OK;
@@ -188,7 +189,7 @@ static kiln_code parse_config_root(const json_t *root, const char *label, int32_
     char what[160];
     if (!json_is_object(root))
         return kiln_fail(err, KILN_E_INVALID, "%s: expected a JSON object", label);
-    kn_kv_fmt def = {KN_KV_F32, 0};
+    kn_kv_fmt def = {KN_KV_F32, 0, 0};
     const json_t *d = json_object_get(root, "default");
     kiln_code rc;
     if (d) {
@@ -271,7 +272,7 @@ kiln_code kv_format_load_config(const char *dir, int32_t group, int32_t quant_st
 
 static int fmt_eq(kn_kv_fmt a, kn_kv_fmt b)
 {
-    return a.dtype == b.dtype && a.group == b.group;
+    return a.dtype == b.dtype && a.group == b.group && a.rot == b.rot;
 }
 
 int kv_format_split(const kv_format *f)
@@ -343,6 +344,22 @@ uint64_t kv_format_hash(const kv_format *f)
     int32_t hdr[4] = {0x6b766631 /* "kvf1" */, f->n_layers, f->head_dim,
                       kv_format_split(f) ? f->quant_start : 0};
     XXH64_hash_t h = XXH3_64bits_withSeed(hdr, sizeof hdr, 0);
-    h = XXH3_64bits_withSeed(f->layer, sizeof(kn_kv_fmt) * (size_t)f->n_layers, h);
-    return XXH3_64bits_withSeed(&f->full, sizeof f->full, h);
+    /* (dtype, group) pairs as the unrotated formats always hashed them, so f32,
+     * f16 and bf16 caches keep their namespace; the rotations are mixed in only
+     * when some layer rotates, which is what moves rotated q8/q4 away from the
+     * entries written before rotation existed (those decode differently) */
+    int32_t pairs[2 * KV_FMT_MAX_LAYERS + 2], rots[KV_FMT_MAX_LAYERS + 1], any = 0;
+    for (int32_t l = 0; l <= f->n_layers; l++) {
+        kn_kv_fmt k = l < f->n_layers ? f->layer[l] : f->full;
+        pairs[2 * l] = k.dtype;
+        pairs[2 * l + 1] = k.group;
+        rots[l] = k.rot;
+        any |= k.rot != 0;
+    }
+    h = XXH3_64bits_withSeed(pairs, sizeof(int32_t) * 2 * (size_t)f->n_layers, h);
+    h = XXH3_64bits_withSeed(pairs + 2 * f->n_layers, sizeof(int32_t) * 2, h);
+    if (!any) return h;
+    int32_t tag = 0x6b76726f; /* "kvro" */
+    h = XXH3_64bits_withSeed(&tag, sizeof tag, h);
+    return XXH3_64bits_withSeed(rots, sizeof(int32_t) * ((size_t)f->n_layers + 1), h);
 }

@@ -3,7 +3,10 @@
  * compute dtype, `--kv-quant off`), f16, bf16, or affine 8/4-bit with a group
  * size along head_dim (the record codec is kernels/kn_kvq.h), plus the
  * `--quantized-kv-start` split: blocks that start before that position keep
- * the full-precision format (f32).
+ * the full-precision format (f32). Every 8/4-bit format is Hadamard-rotated
+ * (kn_kv_fmt.rot = kn_kv_rot_block(head_dim), kernels/kn_kvq.h): part of the
+ * format's identity, so it is in kv_format_hash and kv_format_describe's names
+ * ("q8g64") mean the rotated formats.
  *
  *   kv_format f;
  *   kv_format_init(&f, KV_QUANT_8, 64, 0, n_layers, head_dim, &err);   // or
@@ -78,7 +81,8 @@ uint64_t kv_format_bytes_per_token(const kv_format *f, int cls, int32_t n_kv_hea
  * "q4g64x3,q8g64,bf16x2"; truncated with "..." past n bytes. */
 void kv_format_describe(const kv_format *f, char *buf, size_t n);
 /* Hash of everything that changes the stored bytes (per-layer formats, group
- * sizes, quant_start): part of the prefix-cache namespace. */
+ * sizes, rotations, quant_start): part of the prefix-cache namespace. Formats
+ * without rotation hash as they did before rotation existed. */
 uint64_t kv_format_hash(const kv_format *f);
 
 #endif

@@ -51,9 +51,11 @@ static void quality(const char *dir, const char *isa, eng_kvq_result r[4], kiln_
 }
 
 /* Measured (x86-64, both variants): f16 KL 5.7e-7, greedy 256/256; bf16 3.1e-5,
- * 256/256; q8 (g8 = head_dim) KL mean 3.3e-4 max 3.9e-3, top-1 99.2%, greedy
- * 114/256 (step 114's f32 top-2 margin is 0.042 logits); q4 KL mean 0.27,
- * top-1 80%. */
+ * 256/256; q8 (g8 = head_dim, Hadamard-rotated) KL mean 2.15e-4 max 3.65e-3,
+ * top-1 99.6%, mean max logit error 0.18, greedy 185/256: step 185 is the
+ * run's closest tie (f32 top-2 margin 0.0042 logits), which only f16-level
+ * error keeps (docs/kv.md); q4 KL mean 0.11, top-1 85.6%. Before rotation:
+ * q8 3.3e-4 and 114/256, q4 0.27 and 80% (the bounds below exclude those). */
 static void test_stories_quality(void)
 {
     char dir[512];
@@ -65,23 +67,33 @@ static void test_stories_quality(void)
         quality(dir, isas[v], r, &err, &rc);
         ASSERT_OK(rc);
         for (int i = 0; i < 4; i++)
-            fprintf(stderr, "  %s %-5s KL mean %.3e max %.3e top1 %.4f greedy %d/%d\n", isas[v],
-                    r[i].kv_format, r[i].kl_mean, r[i].kl_max, r[i].top1_agree,
-                    (int)r[i].greedy_same, (int)r[i].greedy_len);
+            fprintf(stderr,
+                    "  %s %-5s KL mean %.3e max %.3e top1 %.4f greedy %d/%d logit err %.3g "
+                    "div margin %.3g\n",
+                    isas[v], r[i].kv_format, r[i].kl_mean, r[i].kl_max, r[i].top1_agree,
+                    (int)r[i].greedy_same, (int)r[i].greedy_len, r[i].logit_err, r[i].div_margin);
         ASSERT_EQ_I64(r[0].positions, 257);
         ASSERT_EQ_I64(r[0].greedy_same, 256); /* f16: identical greedy */
         ASSERT_EQ_I64(r[1].greedy_same, 256); /* bf16: identical greedy */
         ASSERT_TRUE(r[0].kl_mean <= 1e-5 && r[0].kl_max <= 1e-4);
         ASSERT_TRUE(r[1].kl_mean <= 2e-4 && r[1].kl_max <= 2e-3);
-        ASSERT_TRUE(r[2].greedy_same >= 100); /* 8-bit: identical for the first 100 */
-        ASSERT_TRUE(r[2].kl_mean <= 1e-3 && r[2].kl_max <= 1.5e-2 && r[2].top1_agree >= 0.98);
-        ASSERT_TRUE(r[3].kl_mean <= 0.6 && r[3].top1_agree >= 0.7);
+        ASSERT_TRUE(r[0].logit_err <= 0.02);
+        ASSERT_TRUE(r[0].margin_min > 0.004 && r[0].margin_min < 0.005); /* the near-tie */
+        /* 8-bit: identical for the first 180 tokens, and where it differs it only
+         * breaks a near-tie (f32 margin under 0.01 logits) */
+        ASSERT_TRUE(r[2].greedy_same >= 180);
+        ASSERT_TRUE(r[2].greedy_same == 256 || r[2].div_margin < 0.01);
+        ASSERT_TRUE(r[2].kl_mean <= 3e-4 && r[2].kl_max <= 6e-3 && r[2].top1_agree >= 0.99);
+        ASSERT_TRUE(r[2].logit_err <= 0.25);
+        ASSERT_TRUE(r[3].kl_mean <= 0.2 && r[3].top1_agree >= 0.8);
         ASSERT_TRUE(r[3].kl_mean > r[2].kl_mean && r[2].kl_mean > r[1].kl_mean);
     }
 }
 
 /* A random-weight oracle model (near-flat distributions: KL is the signal,
- * greedy agreement is not). Measured: q8 KL mean 2.3e-6 max 1.4e-5; q4 7.8e-4. */
+ * greedy agreement is not). Measured: q8 KL mean 3.1e-6 max 1.6e-5; q4 mean
+ * 9.2e-4 max 4.1e-3 (random weights have no outlier channels for the rotation
+ * to spread: it is neutral here, within the estimate's noise). */
 static void test_oracle_quality(void)
 {
     char dir[512];
@@ -93,8 +105,8 @@ static void test_oracle_quality(void)
     quality(dir, "auto", r, &err, &rc);
     ASSERT_OK(rc);
     ASSERT_TRUE(r[0].kl_mean <= 1e-6 && r[0].greedy_same == 256);
-    ASSERT_TRUE(r[2].kl_mean <= 2e-5 && r[2].kl_max <= 1e-4);
-    ASSERT_TRUE(r[3].kl_mean <= 5e-3 && r[3].kl_max <= 2e-2);
+    ASSERT_TRUE(r[2].kl_mean <= 1e-5 && r[2].kl_max <= 6e-5);
+    ASSERT_TRUE(r[3].kl_mean <= 3e-3 && r[3].kl_max <= 1.5e-2);
 }
 
 static int32_t *teacher(int32_t n)

@@ -240,7 +240,7 @@ static qcache make_qcache(const cache *c, kn_kv_fmt f, int32_t full)
     for (int32_t j = 0; j < nb; j++)
         for (int kv = 0; kv < 2; kv++) {
             const float *src = kv ? c->vb[j] : c->kb[j];
-            kn_kv_fmt fj = j < full ? (kn_kv_fmt){KN_KV_F32, 0} : f;
+            kn_kv_fmt fj = j < full ? (kn_kv_fmt){KN_KV_F32, 0, 0} : f;
             size_t r = kn_kv_rec_bytes(fj, c->hd);
             uint8_t *dst = q.mem + at;
             float *dq = q.deq + (size_t)(2 * j + kv) * bfl;
@@ -274,21 +274,23 @@ static int32_t group_for(int32_t hd)
 
 /* Per format and variant: attention over the quantized blocks equals f32
  * attention over the decoded blocks bitwise (decoding happens in the kernel,
- * the reduction order is unchanged), with and without an f32 prefix block;
- * and it is batch invariant (whole prompt vs one token at a time vs chunks). */
+ * the reduction order is unchanged; a rotated format's twin is f32 with the
+ * same rotation), with and without an f32 prefix block; and it is batch
+ * invariant (whole prompt vs one token at a time vs chunks). */
 static void test_quantized_equals_decoded_and_is_batch_invariant(void)
 {
-    const int32_t dts[] = {KN_KV_F16, KN_KV_BF16, KN_KV_Q8, KN_KV_Q4};
+    const int32_t dts[] = {KN_KV_F16, KN_KV_BF16, KN_KV_Q8, KN_KV_Q4, KN_KV_Q8, KN_KV_Q4};
     for (int vi = 0; vi < 2; vi++) {
         if (!have(variants[vi])) continue;
         for (int si = 0; si < N_SHAPES; si++) {
             const shape *s = &shapes[si];
-            for (int di = 0; di < 4; di++) {
-                kn_kv_fmt f = {dts[di], 0};
+            for (int di = 0; di < 6; di++) {
+                kn_kv_fmt f = {dts[di], 0, 0};
                 if (f.dtype == KN_KV_Q8 || f.dtype == KN_KV_Q4) {
                     f.group = group_for(s->hd);
                     if (!f.group) continue;
                 }
+                if (di >= 4 && !(f.rot = kn_kv_rot_block(s->hd))) continue;
                 for (int32_t full = 0; full <= 1; full++) {
                     cache c = make_cache(s->n_heads, s->n_kv, s->hd, s->bt, s->n_tok);
                     qcache q = make_qcache(&c, f, full);
@@ -304,6 +306,8 @@ static void test_quantized_equals_decoded_and_is_batch_invariant(void)
                     kn_attn_args d = args_for(&c, 0, s->n_tok, o_d, s->softcap, s->window);
                     d.k_blocks = (const void *const *)q.dkb;
                     d.v_blocks = (const void *const *)q.dvb;
+                    d.fmt = (kn_kv_fmt){KN_KV_F32, 0, f.rot};
+                    d.full_blocks = full;
                     run(&d, 0, s->n_heads);
                     int same = memcmp(o_q, o_d, total * 4) == 0;
                     for (int32_t p = 0; p < s->n_tok; p++) { /* token by token, heads split */
@@ -331,13 +335,76 @@ static void test_quantized_equals_decoded_and_is_batch_invariant(void)
                     free_qcache(&q);
                     free_cache(&c);
                     if (!same)
-                        TEST_FAIL_("%s shape %d %s g%d full %d: differs from the decoded cache",
+                        TEST_FAIL_("%s shape %d %s g%d rot %d full %d: differs from the decoded "
+                                   "cache",
                                    variants[vi], si, kn_kv_dtype_name(f.dtype), (int)f.group,
-                                   (int)full);
+                                   (int)f.rot, (int)full);
                     if (!inv)
                         TEST_FAIL_("%s shape %d %s: not batch invariant", variants[vi], si,
                                    kn_kv_dtype_name(f.dtype));
                 }
+            }
+        }
+    }
+}
+
+/* Rotated formats end to end: attention over rotated Q8 (with and without an
+ * unrotated f32 prefix block) equals the dense formula over the decoded rows
+ * rotated back, so the kernels rotate the query and un-rotate the output
+ * correctly, per block class. Shapes include head_dim 80 (block 16) and 24 (8). */
+static void test_rotated_matches_dense_on_unrotated_rows(void)
+{
+    for (int vi = 0; vi < 2; vi++) {
+        if (!have(variants[vi])) continue;
+        for (int si = 0; si < N_SHAPES; si++) {
+            const shape *s = &shapes[si];
+            kn_kv_fmt f = {KN_KV_Q8, group_for(s->hd), kn_kv_rot_block(s->hd)};
+            if (!f.group || !f.rot) continue;
+            for (int32_t full = 0; full <= 1; full++) {
+                cache c = make_cache(s->n_heads, s->n_kv, s->hd, s->bt, s->n_tok);
+                qcache q = make_qcache(&c, f, full);
+                int32_t nb = (s->n_tok + s->bt - 1) / s->bt;
+                size_t bfl = (size_t)s->bt * s->n_kv * s->hd;
+                /* the decoded rows back in the model's basis */
+                cache u = c;
+                float *mem = malloc(2 * nb * bfl * 4);
+                u.kb = malloc(nb * sizeof *u.kb);
+                u.vb = malloc(nb * sizeof *u.vb);
+                for (int32_t j = 0; j < nb; j++)
+                    for (int kv = 0; kv < 2; kv++) {
+                        float *dst = mem + (size_t)(2 * j + kv) * bfl;
+                        memcpy(dst, (kv ? q.dvb : q.dkb)[j], bfl * 4);
+                        if (j >= full)
+                            for (size_t r = 0; r < bfl; r += (size_t)s->hd)
+                                kn_kv_rotate(f.rot, dst + r, s->hd);
+                        (kv ? u.vb : u.kb)[j] = dst;
+                    }
+                int32_t pos0 = s->n_tok / 3, n_q = s->n_tok - pos0;
+                float *out = malloc((size_t)n_q * s->n_heads * s->hd * 4);
+                kn_attn_args a = args_for(&c, pos0, n_q, out, s->softcap, s->window);
+                a.k_blocks = q.kb;
+                a.v_blocks = q.vb;
+                a.fmt = f;
+                a.full_blocks = full;
+                run(&a, 0, s->n_heads);
+                double *o = malloc((size_t)s->hd * sizeof *o), md = 0;
+                for (int32_t i = 0; i < n_q; i++)
+                    for (int32_t h = 0; h < s->n_heads; h++) {
+                        dense(&u, pos0 + i, h, s->softcap, s->window, o);
+                        for (int32_t e = 0; e < s->hd; e++)
+                            md = fmax(md,
+                                      fabs(out[((size_t)i * s->n_heads + h) * s->hd + e] - o[e]));
+                    }
+                free(o);
+                free(out);
+                free(mem);
+                free(u.kb);
+                free(u.vb);
+                free_qcache(&q);
+                free_cache(&c);
+                if (!(md <= 2e-5))
+                    TEST_FAIL_("%s shape %d rot %d full %d: max error %.3g", variants[vi], si,
+                               (int)f.rot, (int)full, md);
             }
         }
     }
@@ -349,7 +416,7 @@ static void test_quantized_avx2_matches_ref(void)
     if (!have("avx2")) TEST_SKIP("no avx2 on this CPU");
     const shape *s = &shapes[1];
     cache c = make_cache(s->n_heads, s->n_kv, s->hd, s->bt, s->n_tok);
-    kn_kv_fmt f = {KN_KV_Q4, 32};
+    kn_kv_fmt f = {KN_KV_Q4, 32, 64};
     qcache q = make_qcache(&c, f, 1);
     size_t total = (size_t)s->n_tok * s->n_heads * s->hd;
     float *o1 = malloc(total * 4), *o2 = malloc(total * 4);
@@ -379,6 +446,7 @@ int main(void)
     RUN(test_output_is_bitwise_batch_invariant);
     RUN(test_avx2_matches_ref_closely);
     RUN(test_quantized_equals_decoded_and_is_batch_invariant);
+    RUN(test_rotated_matches_dense_on_unrotated_rows);
     RUN(test_quantized_avx2_matches_ref);
     return TEST_DONE();
 }

@@ -9,6 +9,8 @@
 #include "kv/kv_format.h"
 #include "test.h"
 
+#include <xxhash.h>
+
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float rndf(void)
 {
@@ -27,16 +29,36 @@ static void fill(float *x, int32_t n, float amp)
 
 static void test_rec_bytes(void)
 {
-    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_F32, 0}, 64), 256);
-    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_F16, 0}, 64), 128);
-    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_BF16, 0}, 64), 128);
-    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_Q8, 64}, 64), 64 + 8);
-    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_Q4, 64}, 64), 32 + 8);
-    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_Q4, 32}, 128), 64 + 4 * 8);
+    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_F32, 0, 0}, 64), 256);
+    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_F16, 0, 0}, 64), 128);
+    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_BF16, 0, 0}, 64), 128);
+    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_Q8, 64, 0}, 64), 64 + 8);
+    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_Q4, 64, 0}, 64), 32 + 8);
+    ASSERT_EQ_U64(kn_kv_rec_bytes((kn_kv_fmt){KN_KV_Q4, 32, 0}, 128), 64 + 4 * 8);
+}
+
+/* Squared error of min/max affine coding of one group (the encoder's starting
+ * point, which its least-squares refit may only improve on). */
+static double minmax_sse(const float *x, int32_t g, int levels)
+{
+    float mn = x[0], mx = x[0];
+    for (int32_t j = 0; j < g; j++) {
+        mn = x[j] < mn ? x[j] : mn;
+        mx = x[j] > mx ? x[j] : mx;
+    }
+    float s = (mx - mn) / (float)levels;
+    double se = 0;
+    for (int32_t j = 0; j < g; j++) {
+        float c = s > 0 ? (float)lrintf((x[j] - mn) / s) : 0;
+        double e = (double)(c * s + mn) - x[j];
+        se += e * e;
+    }
+    return se;
 }
 
 /* Error bounds: f16 half an ulp (2^-11 relative, normal range), bf16 2^-8
- * relative, affine half a step of the group's own scale. */
+ * relative; affine: each value within one step of the group's min/max scale
+ * and the group's squared error at most min/max coding's. */
 static void round_trip(kn_kv_fmt f, int32_t n, float amp)
 {
     float x[256], y[256];
@@ -65,8 +87,17 @@ static void round_trip(kn_kv_fmt f, int32_t n, float amp)
                 mn = x[j] < mn ? x[j] : mn;
                 mx = x[j] > mx ? x[j] : mx;
             }
-            double step = ((double)mx - mn) / (f.dtype == KN_KV_Q8 ? 255 : 15);
-            bound = step / 2 + 1e-6 * (fabs(mx) + fabs(mn));
+            int levels = f.dtype == KN_KV_Q8 ? 255 : 15;
+            double step = ((double)mx - mn) / levels;
+            bound = step + 1e-6 * (fabs(mx) + fabs(mn));
+            if (i % f.group == 0) {
+                double se = 0;
+                for (int32_t j = i; j < i + f.group; j++)
+                    se += ((double)y[j] - x[j]) * ((double)y[j] - x[j]);
+                if (!(se <= minmax_sse(x + i, f.group, levels) * (1 + 1e-6)))
+                    TEST_FAIL_("%s g%d: group %d squared error %.3g above min/max coding's",
+                               kn_kv_dtype_name(f.dtype), (int)f.group, (int)g, se);
+            }
         }
         }
         if (!(e <= bound))
@@ -79,14 +110,14 @@ static void test_round_trip_bounds(void)
 {
     for (int r = 0; r < 20; r++) {
         float amp = r % 2 ? 0.01f : 30.0f;
-        round_trip((kn_kv_fmt){KN_KV_F32, 0}, 64, amp);
-        round_trip((kn_kv_fmt){KN_KV_F16, 0}, 64, amp);
-        round_trip((kn_kv_fmt){KN_KV_BF16, 0}, 64, amp);
-        round_trip((kn_kv_fmt){KN_KV_Q8, 64}, 64, amp);
-        round_trip((kn_kv_fmt){KN_KV_Q8, 32}, 128, amp);
-        round_trip((kn_kv_fmt){KN_KV_Q4, 64}, 64, amp);
-        round_trip((kn_kv_fmt){KN_KV_Q4, 8}, 8, amp);
-        round_trip((kn_kv_fmt){KN_KV_Q8, 6}, 12, amp); /* group not a multiple of 8 */
+        round_trip((kn_kv_fmt){KN_KV_F32, 0, 0}, 64, amp);
+        round_trip((kn_kv_fmt){KN_KV_F16, 0, 0}, 64, amp);
+        round_trip((kn_kv_fmt){KN_KV_BF16, 0, 0}, 64, amp);
+        round_trip((kn_kv_fmt){KN_KV_Q8, 64, 0}, 64, amp);
+        round_trip((kn_kv_fmt){KN_KV_Q8, 32, 0}, 128, amp);
+        round_trip((kn_kv_fmt){KN_KV_Q4, 64, 0}, 64, amp);
+        round_trip((kn_kv_fmt){KN_KV_Q4, 8, 0}, 8, amp);
+        round_trip((kn_kv_fmt){KN_KV_Q8, 6, 0}, 12, amp); /* group not a multiple of 8 */
         if (test_case_failed_) return;
     }
 }
@@ -97,8 +128,8 @@ static void test_constant_group_is_exact(void)
     uint8_t a[128];
     for (int i = 0; i < 64; i++)
         x[i] = 1.25f;
-    kn_kv_store((kn_kv_fmt){KN_KV_Q4, 64}, x, 64, a);
-    kn_kv_load((kn_kv_fmt){KN_KV_Q4, 64}, a, 64, y);
+    kn_kv_store((kn_kv_fmt){KN_KV_Q4, 64, 0}, x, 64, a);
+    kn_kv_load((kn_kv_fmt){KN_KV_Q4, 64, 0}, a, 64, y);
     for (int i = 0; i < 64; i++)
         ASSERT_NEAR_F32(y[i], 1.25f, 0);
 }
@@ -108,8 +139,10 @@ static void test_fast_decode_matches_scalar(void)
 {
     kiln_err err;
     ASSERT_OK(kn_init(NULL, &err));
-    const kn_kv_fmt fs[] = {{KN_KV_F16, 0}, {KN_KV_BF16, 0}, {KN_KV_Q8, 64}, {KN_KV_Q8, 16},
-                            {KN_KV_Q4, 64}, {KN_KV_Q4, 32},  {KN_KV_Q4, 8},  {KN_KV_Q8, 6}};
+    const kn_kv_fmt fs[] = {{KN_KV_F16, 0, 0}, {KN_KV_BF16, 0, 0}, {KN_KV_Q8, 64, 0},
+                            {KN_KV_Q8, 16, 0}, {KN_KV_Q4, 64, 0},  {KN_KV_Q4, 32, 0},
+                            {KN_KV_Q4, 8, 0},  {KN_KV_Q8, 6, 0},   {KN_KV_Q8, 64, 128},
+                            {KN_KV_Q4, 32, 64}};
     for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++) {
         int32_t n = fs[k].group == 6 ? 120 : 128;
         float x[128], a[128], b[128];
@@ -259,6 +292,137 @@ static void test_hash_and_describe(void)
     ASSERT_STR_EQ(d, "q4g32@16");
 }
 
+static void test_rotation_blocks(void)
+{
+    ASSERT_EQ_I64(kn_kv_rot_block(8), 8);
+    ASSERT_EQ_I64(kn_kv_rot_block(128), 128);
+    ASSERT_EQ_I64(kn_kv_rot_block(80), 16);
+    ASSERT_EQ_I64(kn_kv_rot_block(96), 32);
+    ASSERT_EQ_I64(kn_kv_rot_block(1024), 512);
+    ASSERT_EQ_I64(kn_kv_rot_block(7), 0);
+    ASSERT_EQ_I64(kn_kv_rot_block(2048), 0); /* longer than the encoder's row buffer */
+    ASSERT_EQ_I64(kn_kv_rot_of((kn_kv_fmt){KN_KV_Q8, 64, 64}, 128), 64);
+    ASSERT_EQ_I64(kn_kv_rot_of((kn_kv_fmt){KN_KV_Q8, 64, 48}, 96), 0); /* not a power of two */
+    ASSERT_EQ_I64(kn_kv_rot_of((kn_kv_fmt){KN_KV_Q8, 8, 16}, 24), 0);  /* does not divide */
+    ASSERT_EQ_I64(kn_kv_rot_of((kn_kv_fmt){KN_KV_Q8, 8, 1024}, 1024), 0);
+    /* orthonormal: H(e_0) has every entry 1/sqrt(8); H(H(x)) = x to rounding */
+    float x[16] = {1}, y[16];
+    kn_kv_rotate(8, x, 16);
+    for (int i = 0; i < 8; i++)
+        ASSERT_NEAR_F32(x[i], 0.35355339f, 1e-7f);
+    for (int i = 0; i < 16; i++)
+        x[i] = y[i] = rndf() * 5;
+    kn_kv_rotate(16, x, 16);
+    kn_kv_rotate(16, x, 16);
+    for (int i = 0; i < 16; i++)
+        ASSERT_NEAR_F32(x[i], y[i], 5e-6f);
+    kn_kv_rotate(0, x, 16); /* no-op */
+    /* the unrolled/vectorized butterflies give the floats of the plain loop */
+    static float big[1024], want[1024];
+    for (int32_t b = 2; b <= KN_KV_ROT_MAX; b *= 2) {
+        for (int i = 0; i < 1024; i++)
+            big[i] = want[i] = rndf() * 7;
+        kn_kv_rotate(b, big, 1024);
+        float norm = (float)(1.0 / sqrt((double)b));
+        for (int32_t o = 0; o < 1024; o += b) {
+            for (int32_t h = 1; h < b; h *= 2)
+                for (int32_t i = o; i < o + b; i += 2 * h)
+                    for (int32_t j = i; j < i + h; j++) {
+                        float p = want[j], q = want[j + h];
+                        want[j] = p + q;
+                        want[j + h] = p - q;
+                    }
+            for (int32_t i = o; i < o + b; i++)
+                want[i] *= norm;
+        }
+        if (memcmp(big, want, sizeof big) != 0) TEST_FAIL_("block %d differs", (int)b);
+    }
+}
+
+/* A rotated record decodes to the rotated row; rotating back gives the input
+ * within the affine error (norm-preserving: |error| <= sqrt(n) * step / 2
+ * over the rotated row's own range). And it is what the rotation is for:
+ * rows whose range is set by one outlier channel lose much less. */
+static void test_rotated_round_trip_and_outliers(void)
+{
+    const kn_kv_fmt fs[] = {
+        {KN_KV_Q8, 64, 64}, {KN_KV_Q4, 32, 64}, {KN_KV_Q8, 80, 16}, {KN_KV_Q8, 8, 8}};
+    for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++) {
+        kn_kv_fmt f = fs[k], plain = {f.dtype, f.group, 0};
+        int32_t n = f.group == 80 ? 80 : 64;
+        double e_rot = 0, e_plain = 0;
+        for (int r = 0; r < 50; r++) {
+            float x[80], xr[80], y[80], z[80];
+            uint8_t a[256];
+            for (int32_t i = 0; i < n; i++)
+                x[i] = rndf();
+            x[5] = 20.0f; /* the outlier channel */
+            x[n - 3] = -12.0f;
+            kn_kv_store(f, x, n, a);
+            kn_kv_load(f, a, n, y);
+            memcpy(xr, x, sizeof x);
+            kn_kv_rotate(f.rot, xr, n);
+            float mn = xr[0], mx = xr[0];
+            for (int32_t i = 0; i < n; i++) {
+                mn = xr[i] < mn ? xr[i] : mn;
+                mx = xr[i] > mx ? xr[i] : mx;
+            }
+            kn_kv_rotate(f.rot, y, n);
+            kn_kv_store(plain, x, n, a);
+            kn_kv_load(plain, a, n, z);
+            double se = 0, sp = 0;
+            for (int32_t i = 0; i < n; i++) {
+                se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+                sp += ((double)z[i] - x[i]) * ((double)z[i] - x[i]);
+            }
+            double step = ((double)mx - mn) / (f.dtype == KN_KV_Q8 ? 255 : 15);
+            if (!(sqrt(se) <= sqrt((double)n) * step / 2 + 1e-4))
+                TEST_FAIL_("%s g%d rot %d: error %.3g", kn_kv_dtype_name(f.dtype), (int)f.group,
+                           (int)f.rot, sqrt(se));
+            e_rot += se;
+            e_plain += sp;
+        }
+        /* 8-value blocks help least (only 8 values to spread over) */
+        double want = f.rot >= 16 ? 0.5 : 0.9;
+        if (!(e_rot < want * e_plain))
+            TEST_FAIL_("%s g%d rot %d: squared error %.3g not below %.2f x unrotated %.3g",
+                       kn_kv_dtype_name(f.dtype), (int)f.group, (int)f.rot, e_rot, want, e_plain);
+    }
+}
+
+/* kv/ rotates every affine format; the namespace of f32/f16/bf16 is what it
+ * was before rotation existed ((dtype, group) pairs), rotated q8/q4 move away
+ * from it (their old entries decode differently). */
+static void test_format_rotation_and_namespace(void)
+{
+    kiln_err err;
+    kv_format f;
+    ASSERT_OK(kv_format_init(&f, KV_QUANT_8, 0, 0, 3, 128, &err));
+    ASSERT_EQ_I64(f.layer[2].rot, 128);
+    ASSERT_EQ_I64(f.full.rot, 0);
+    ASSERT_OK(kv_format_init(&f, KV_QUANT_4, 16, 0, 3, 80, &err));
+    ASSERT_EQ_I64(f.layer[0].rot, 16);
+    ASSERT_OK(parse("{\"default\":{\"bits\":8},\"layers\":{\"1\":16}}", 3, &f, &err));
+    ASSERT_EQ_I64(f.layer[0].rot, 64);
+    ASSERT_EQ_I64(f.layer[1].rot, 0);
+    kv_quant_mode modes[] = {KV_QUANT_OFF, KV_QUANT_F16, KV_QUANT_BF16, KV_QUANT_8};
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(kv_format_init(&f, modes[i], 0, 0, 4, 64, &err));
+        int32_t hdr[4] = {0x6b766631, 4, 64, 0}, pairs[8], full[2] = {KN_KV_F32, 0};
+        for (int l = 0; l < 4; l++) {
+            pairs[2 * l] = f.layer[l].dtype;
+            pairs[2 * l + 1] = f.layer[l].group;
+        }
+        XXH64_hash_t h = XXH3_64bits_withSeed(hdr, sizeof hdr, 0);
+        h = XXH3_64bits_withSeed(pairs, sizeof pairs, h);
+        h = XXH3_64bits_withSeed(full, sizeof full, h);
+        if (modes[i] == KV_QUANT_8)
+            ASSERT_TRUE(kv_format_hash(&f) != h);
+        else
+            ASSERT_EQ_U64(kv_format_hash(&f), h);
+    }
+}
+
 int main(void)
 {
     RUN(test_rec_bytes);
@@ -270,5 +434,8 @@ int main(void)
     RUN(test_config_good);
     RUN(test_config_bad);
     RUN(test_hash_and_describe);
+    RUN(test_rotation_blocks);
+    RUN(test_rotated_round_trip_and_outliers);
+    RUN(test_format_rotation_and_namespace);
     return TEST_DONE();
 }

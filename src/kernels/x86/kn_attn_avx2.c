@@ -9,6 +9,9 @@
  * or threads (batch invariance). Quantized K/V rows (kn_kvq.h) are decoded
  * once per row for the whole head group by kv_load_avx2, which yields bitwise
  * the floats of the scalar kn_kv_load (f32 mul then add, exact conversions).
+ * Rotated formats: as in ref, each head's query is rotated per block class
+ * (scalar kn_kv_rotate), and each class's V sum is scaled by 1/Σ and rotated
+ * back; a second accumulator only when the two classes rotate differently.
  */
 #if defined(__x86_64__)
 #include <math.h>
@@ -78,13 +81,13 @@ static inline const float *kv_at(const void *const *blocks, const kn_attn_args *
     return buf;
 }
 
-/* Prefetches the record of position p (if it exists) a few keys ahead: rows
+/* Prefetches the record of position p (if p <= last) a few keys ahead: rows
  * of one KV head are n_kv_heads records apart inside a block and blocks lie
  * anywhere in the pool, so the hardware prefetcher alone leaves the loop
  * waiting on memory (measured ~1 GB/s without this). */
 #define KV_PF_AHEAD 6
-static inline void kv_prefetch(const void *const *blocks, const kn_attn_args *a, int32_t p, int32_t last,
-                               int32_t kvh)
+static inline void kv_prefetch(const void *const *blocks, const kn_attn_args *a, int32_t p,
+                               int32_t last, int32_t kvh)
 {
     if (p > last) return;
     int32_t j = p / a->block_tokens;
@@ -100,7 +103,8 @@ static inline void kv_prefetch(const void *const *blocks, const kn_attn_args *a,
 #define VT 16  /* V rows per tile */
 
 /* d[g] = q[g]·k for G heads: each 8-lane chunk of k loaded once; per head
- * exactly dot_hd's FMA chain and hsum (independent chains run in parallel). */
+ * one 8-lane FMA chain over head_dim and a fixed hsum (the chains of the
+ * heads run in parallel). */
 static inline __attribute__((always_inline)) void dot_group_n(const float *const *q, const float *k,
                                                                int32_t hd, __m256i tail, const int G,
                                                                float *d)
@@ -136,7 +140,6 @@ static inline void dot_group(const float *const *q, const float *k, int32_t hd, 
         for (int g = 0; g < G; g++) dot_group_n(q + g, k, hd, tail, 1, d + g);
     }
 }
-
 /* Heads [h, h+G) share KV head kvh: each key and value row is loaded once for
  * all G heads; per head the arithmetic is exactly the single-head sequence. */
 static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float *scratch)
@@ -144,27 +147,48 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
     int32_t hd = a->head_dim, p = a->pos0 + i, rowlen = a->pos0 + a->n_q;
     int32_t kvh = h / (a->n_heads / a->n_kv_heads);
     int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0, nk = p - lo + 1;
-    float *acc = scratch;                           /* [GMAX][hd + 8] */
-    float *scores = scratch + GMAX * (hd + 8);       /* [GMAX][rowlen] */
-    float *row = scores + GMAX * rowlen;             /* [hd + 8]: one decoded K row */
-    float *vbuf = row + (hd + 8);                    /* [VT][hd + 8]: decoded V rows of a tile */
-    const float *q[GMAX];
+    int32_t hp = hd + 8;
+    float *acc = scratch;                /* [2][GMAX][hp]: per block class */
+    float *qr = acc + 2 * GMAX * hp;     /* [2][GMAX][hp]: rotated queries */
+    float *scores = qr + 2 * GMAX * hp;  /* [GMAX][rowlen] */
+    float *row = scores + GMAX * rowlen; /* [hp]: one decoded K row */
+    float *vbuf = row + hp;              /* [VT][hp]: decoded V rows of a tile */
+    /* class c (0 = blocks < full_blocks, 1 = the rest): rotation, queries, accumulator */
+    int32_t rot[2] = {kn_kv_rot_of(a->fmt_full, hd), kn_kv_rot_of(a->fmt, hd)};
+    int two = rot[0] != rot[1];
+    int64_t first_main = (int64_t)a->full_blocks * a->block_tokens;
+    const float *q[2][GMAX];
     float m[GMAX];
     __m256i tail = kn_tail_mask(hd & 7);
     for (int g = 0; g < G; g++) {
-        q[g] = a->q + ((int64_t)i * a->n_heads + h + g) * hd;
+        const float *q0 = a->q + ((int64_t)i * a->n_heads + h + g) * hd;
+        for (int c = 0; c < 2; c++) {
+            q[c][g] = q0;
+            if (rot[c] && (c == 0 || two)) {
+                float *t = qr + (c * GMAX + g) * hp;
+                memcpy(t, q0, sizeof(float) * (size_t)hd);
+                kn_kv_rotate(rot[c], t, hd);
+                q[c][g] = t;
+            }
+        }
+        if (!two) q[1][g] = q[0][g];
         m[g] = -INFINITY;
     }
-    for (int32_t j = lo; j <= p; j++) {
-        kv_prefetch(a->k_blocks, a, j + KV_PF_AHEAD, p, kvh);
-        const float *k = kv_at(a->k_blocks, a, j, kvh, row);
-        float d[GMAX];
-        dot_group(q, k, hd, tail, G, d);
-        for (int g = 0; g < G; g++) {
-            float s = d[g] * a->scale;
-            if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
-            scores[g * rowlen + j - lo] = s;
-            m[g] = s > m[g] ? s : m[g];
+    /* keys of class 0 are [lo, mid), of class 1 [mid, p]: ascending either way */
+    int32_t mid = first_main < lo ? lo : first_main > p + 1 ? p + 1 : (int32_t)first_main;
+    for (int c = 0; c < 2; c++) {
+        const float *const *qc = q[c];
+        for (int32_t j = c ? mid : lo, end = c ? p + 1 : mid; j < end; j++) {
+            kv_prefetch(a->k_blocks, a, j + KV_PF_AHEAD, p, kvh);
+            const float *k = kv_at(a->k_blocks, a, j, kvh, row);
+            float d[GMAX];
+            dot_group(qc, k, hd, tail, G, d);
+            for (int g = 0; g < G; g++) {
+                float s = d[g] * a->scale;
+                if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
+                scores[g * rowlen + j - lo] = s;
+                m[g] = s > m[g] ? s : m[g];
+            }
         }
     }
     float inv[GMAX];
@@ -186,70 +210,71 @@ static void attn_group(const kn_attn_args *a, int32_t i, int32_t h, int G, float
         }
         inv[g] = 1.0f / kn_hsum256(sum);
     }
-    memset(acc, 0, sizeof(float) * (size_t)(GMAX * (hd + 8)));
-    /* V in tiles of VT keys: the tile's rows (decoded once if quantized) stay
-     * in L1 while each head's accumulator chunk (8 vectors) stays in
-     * registers over the tile. Per element the FMAs still run over keys in
-     * ascending order: the same floats as one key at a time. */
+    memset(acc, 0, sizeof(float) * (size_t)((1 + two) * GMAX * hp));
     int32_t h8 = hd & ~7;
+    /* V in tiles of VT keys inside each block class: the tile's rows (decoded
+     * once if quantized) stay in L1 while each head's accumulator chunk (8
+     * vectors) stays in registers over the tile. Per element the FMAs still
+     * run over keys in ascending order: the same floats as one key at a time. */
     const float *vr[VT];
-    for (int32_t t0 = lo; t0 <= p; t0 += VT) {
-        int nt = p - t0 + 1 < VT ? p - t0 + 1 : VT;
-        for (int t = 0; t < nt; t++) {
-            kv_prefetch(a->v_blocks, a, t0 + t + KV_PF_AHEAD, p, kvh);
-            vr[t] = kv_at(a->v_blocks, a, t0 + t, kvh, vbuf + (size_t)t * (size_t)(hd + 8));
-        }
-        for (int g = 0; g < G; g++) {
-            float *ac = acc + g * (hd + 8);
-            const float *sc = scores + g * rowlen + (t0 - lo);
-            int32_t e0 = 0;
-            for (; e0 + 64 <= h8; e0 += 64) {
-                __m256 r0 = _mm256_loadu_ps(ac + e0), r1 = _mm256_loadu_ps(ac + e0 + 8),
-                       r2 = _mm256_loadu_ps(ac + e0 + 16), r3 = _mm256_loadu_ps(ac + e0 + 24),
-                       r4 = _mm256_loadu_ps(ac + e0 + 32), r5 = _mm256_loadu_ps(ac + e0 + 40),
-                       r6 = _mm256_loadu_ps(ac + e0 + 48), r7 = _mm256_loadu_ps(ac + e0 + 56);
-                for (int t = 0; t < nt; t++) {
-                    __m256 w = _mm256_broadcast_ss(sc + t);
-                    const float *v = vr[t] + e0;
-                    r0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v), r0);
-                    r1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8), r1);
-                    r2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 16), r2);
-                    r3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 24), r3);
-                    r4 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 32), r4);
-                    r5 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 40), r5);
-                    r6 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 48), r6);
-                    r7 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 56), r7);
+    for (int c = 0; c < 1 + two; c++) {
+        float *acj = acc + (c ? GMAX * hp : 0);
+        int32_t r0 = c ? mid : lo, r1 = two && !c ? mid : p + 1; /* [r0, r1) */
+        for (int32_t t0 = r0; t0 < r1; t0 += VT) {
+            int nt = r1 - t0 < VT ? r1 - t0 : VT;
+            for (int t = 0; t < nt; t++) {
+                kv_prefetch(a->v_blocks, a, t0 + t + KV_PF_AHEAD, p, kvh);
+                vr[t] = kv_at(a->v_blocks, a, t0 + t, kvh, vbuf + (size_t)t * (size_t)hp);
+            }
+            for (int g = 0; g < G; g++) {
+                float *ac = acj + g * hp;
+                const float *sc = scores + g * rowlen + (t0 - lo);
+                int32_t e0 = 0;
+                for (; e0 + 64 <= h8; e0 += 64) {
+                    __m256 r[8];
+#pragma GCC unroll 8
+                    for (int u = 0; u < 8; u++) r[u] = _mm256_loadu_ps(ac + e0 + 8 * u);
+                    for (int t = 0; t < nt; t++) {
+                        __m256 w = _mm256_broadcast_ss(sc + t);
+                        const float *v = vr[t] + e0;
+#pragma GCC unroll 8
+                        for (int u = 0; u < 8; u++) r[u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * u), r[u]);
+                    }
+#pragma GCC unroll 8
+                    for (int u = 0; u < 8; u++) _mm256_storeu_ps(ac + e0 + 8 * u, r[u]);
                 }
-                _mm256_storeu_ps(ac + e0, r0);
-                _mm256_storeu_ps(ac + e0 + 8, r1);
-                _mm256_storeu_ps(ac + e0 + 16, r2);
-                _mm256_storeu_ps(ac + e0 + 24, r3);
-                _mm256_storeu_ps(ac + e0 + 32, r4);
-                _mm256_storeu_ps(ac + e0 + 40, r5);
-                _mm256_storeu_ps(ac + e0 + 48, r6);
-                _mm256_storeu_ps(ac + e0 + 56, r7);
-            }
-            for (; e0 < h8; e0 += 8) {
-                __m256 r = _mm256_loadu_ps(ac + e0);
-                for (int t = 0; t < nt; t++)
-                    r = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + t), _mm256_loadu_ps(vr[t] + e0), r);
-                _mm256_storeu_ps(ac + e0, r);
-            }
-            if (h8 < hd) {
-                __m256 r = _mm256_loadu_ps(ac + h8);
-                for (int t = 0; t < nt; t++)
-                    r = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + t), _mm256_maskload_ps(vr[t] + h8, tail), r);
-                _mm256_storeu_ps(ac + h8, r);
+                for (; e0 < h8; e0 += 8) {
+                    __m256 r = _mm256_loadu_ps(ac + e0);
+                    for (int t = 0; t < nt; t++)
+                        r = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + t), _mm256_loadu_ps(vr[t] + e0), r);
+                    _mm256_storeu_ps(ac + e0, r);
+                }
+                if (h8 < hd) {
+                    __m256 r = _mm256_loadu_ps(ac + h8);
+                    for (int t = 0; t < nt; t++)
+                        r = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + t), _mm256_maskload_ps(vr[t] + h8, tail), r);
+                    _mm256_storeu_ps(ac + h8, r);
+                }
             }
         }
     }
     for (int g = 0; g < G; g++) {
         __m256 iv = _mm256_set1_ps(inv[g]);
-        const float *ac = acc + g * (hd + 8);
         float *o = a->out + ((int64_t)i * a->n_heads + h + g) * hd;
-        int32_t e = 0;
-        for (; e < h8; e += 8) _mm256_storeu_ps(o + e, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
-        if (e < hd) _mm256_maskstore_ps(o + e, tail, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
+        for (int c = 0; c < 1 + two; c++) {
+            /* class 0 straight into o; class 1 (only when it rotates differently)
+             * scaled in place, rotated back, then added */
+            float *ac = acc + (c * GMAX + g) * hp, *dst = c ? ac : o;
+            int32_t e = 0;
+            for (; e < h8; e += 8)
+                _mm256_storeu_ps(dst + e, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
+            if (e < hd)
+                _mm256_maskstore_ps(dst + e, tail, _mm256_mul_ps(_mm256_loadu_ps(ac + e), iv));
+            kn_kv_rotate(rot[c], dst, hd);
+        }
+        if (two)
+            for (int32_t e = 0; e < hd; e++)
+                o[e] += acc[(GMAX + g) * hp + e];
     }
 }
 
