@@ -59,7 +59,7 @@ typedef struct {
          0},                                                                                       \
     {                                                                                              \
         "matmul", CLI_STR, &(kvf).matmul, "exact|int8",                                            \
-            "4/8-bit weights: exact f32 activations (default) or int8 activations (faster, "       \
+            "4-bit weights: exact f32 activations (default) or int8 activations (faster, "         \
             "logits within ~1e-2; env KILN_MATMUL)",                                               \
             0                                                                                      \
     }

@@ -27,10 +27,11 @@ kn_cpu kn_cpu_detect(void);
  * KILN_E_UNSUPPORTED if the CPU lacks it). KILN_ISA in the environment is read
  * by the CLI and passed here. Idempotent; call before creating pools. */
 kiln_code kn_init(const char *force, kiln_err *err);
-/* kn_init plus the matmul mode for MLX affine 4/8-bit weights: NULL, "" or
+/* kn_init plus the matmul mode for MLX affine 4-bit weights: NULL, "" or
  * "exact" = activations kept at f32 precision (two int16 levels; matches the
  * reference to ~1e-5); "int8" = activations quantized to int8 per 64 columns
- * (kn_int.h), as llama.cpp does: 2–4× faster prefill and batched decode, logits
+ * (kn_int.h), as llama.cpp does: ~2× less kernel time at prefill and batched
+ * decode (other bit widths stay exact), logits
  * within ~1e-2. KILN_E_INVALID for anything else. KILN_MATMUL in the
  * environment is read by the CLI and passed here. */
 kiln_code kn_init_mode(const char *force, const char *matmul, kiln_err *err);

@@ -402,7 +402,7 @@ static void test_int16_activations_track_the_exact_dot(void)
 /* int8 mode (kn_int.h): every variant against ref-int8 (same integers), and
  * bitwise batch invariance over token counts that take the decode driver
  * (1–3), several 3-token groups, several 64-token blocks and the thread
- * split; shapes kn_i8_ok refuses (cols % 64) fall back to the exact path. */
+ * split; what kn_i8_ok refuses (8-bit, cols % 64) keeps the exact path. */
 static void test_int8_mode_matches_ref_and_is_batch_invariant(void)
 {
     static const int bits[] = {4, 8};
@@ -443,13 +443,13 @@ static void test_int8_mode_matches_ref_and_is_batch_invariant(void)
  * of Σ|w·x| (test above); this one is two orders looser, as documented. */
 static void test_int8_activations_stay_within_their_bound(void)
 {
-    static const int bits[] = {4, 8};
+    static const int bits[] = {4};
     static const int groups[] = {32, 64, 128};
     for (size_t v = 0; v < 2; v++) {
         kiln_err err;
         if (kn_init_mode(variants[v], "int8", &err) != KILN_OK) continue;
         ASSERT_STR_EQ(kn_matmul_mode(), "int8");
-        for (size_t b = 0; b < 2; b++)
+        for (size_t b = 0; b < 1; b++)
             for (size_t g = 0; g < 3; g++) {
                 const int64_t n = 3, cols = 512, rows = 9, gs = groups[g];
                 test_mat t = make_mat(KN_QAFFINE, rows, cols, KN_F32, bits[b], groups[g]);

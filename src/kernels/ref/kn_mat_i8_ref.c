@@ -1,6 +1,6 @@
 /*
- * kn_mat_i8_ref.c — the portable int8-activation matmul (KN_MM_INT8 mode;
- * math in kn_int.h): the same q and d as every variant, exact int32 sums of
+ * kn_mat_i8_ref.c — the portable int8-activation matmul for 4-bit weights
+ * (the int8 matmul mode; math in kn_int.h): the same q and d as every variant, exact int32 sums of
  * code·q per group part, combined in double. The AVX2 variant is checked
  * against it (tests/unit/test_kn_mat.c).
  */
@@ -8,11 +8,10 @@
 
 #include "kernels/kn_int.h"
 
-/* 4- and 8-bit codes never straddle a word. */
-static uint32_t code48(const uint32_t *row, int64_t i, int bits)
+/* 4-bit code i of a row (eight per little-endian word, LSB first). */
+static uint32_t code4(const uint32_t *row, int64_t i)
 {
-    int64_t bit = i * bits;
-    return (row[bit >> 5] >> (bit & 31)) & ((1u << bits) - 1);
+    return (row[i >> 3] >> (4 * (i & 7))) & 15u;
 }
 
 /* Block of 64 x -> q (column order), returns d. */
@@ -40,12 +39,12 @@ static void mm_ref_i8(const kn_mat *W, const float *x, int64_t n, float *y, int6
         for (int64_t b = 0; b < nb; b++)
             d[b] = i8_block(xt + b * KN_QX_BLOCK, q + b * KN_QX_BLOCK);
         for (int64_t r = r0; r < r1; r++) {
-            const uint32_t *row = (const uint32_t *)W->w + r * (cols * W->bits / 32);
+            const uint32_t *row = (const uint32_t *)W->w + r * (cols / 8);
             double acc = 0;
             for (int64_t c0 = 0; c0 < cols; c0 += part) {
                 int32_t isum = 0;
                 for (int64_t c = c0; c < c0 + part; c++)
-                    isum += (int32_t)code48(row, c, W->bits) * q[c];
+                    isum += (int32_t)code4(row, c) * q[c];
                 float sd = kn_ref_sf(W->scales, W->sfmt, r * ng + c0 / gs) * d[c0 / KN_QX_BLOCK];
                 acc += (double)sd * (double)isum;
             }
@@ -69,17 +68,7 @@ static void mm_q4_ref_i8(const kn_mat *W, const float *x, int64_t n, float *y, i
         kn->mm_q_base[4](W, x, n, y, r0, r1);
 }
 
-static void mm_q8_ref_i8(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0,
-                         int64_t r1)
-{
-    if (kn_i8_ok(W))
-        mm_ref_i8(W, x, n, y, r0, r1);
-    else
-        kn->mm_q_base[8](W, x, n, y, r0, r1);
-}
-
 void kn_ref_install_mat_i8(kn_ops *t)
 {
     t->mm_q[4] = mm_q4_ref_i8;
-    t->mm_q[8] = mm_q8_ref_i8;
 }

@@ -1,22 +1,20 @@
 /*
- * kn_mat_i8_avx2.c — MLX affine 4- and 8-bit matmul on int8 activations (the
- * opt-in KN_MM_INT8 mode; the math is kn_int.h's, shared with ref).
+ * kn_mat_i8_avx2.c — MLX affine 4-bit matmul on int8 activations (the opt-in
+ * int8 matmul mode; the math is kn_int.h's, shared with ref).
  *
  * The exact int16 path (kn_mat_avx2.c) needs two vpmaddwd levels per 16 codes
  * and per token; here one vpmaddubsw multiplies 32 unsigned codes by 32 signed
  * int8 activations. Per 64 codes and token that is 2 maddubs + add + madd +
- * cvt + fma (4-bit), and the code unpack (and, shift, and) is shared by every
- * token of a tile: the path that lets batched decode and prefill amortize
- * weights.
+ * cvt + fma, and the code unpack (and, shift, and) is shared by every token
+ * of a tile. (8-bit was built too and measured no faster than its exact path
+ * end to end — its f32 decoder is cheap and its codes need a sign trick — so
+ * it stays exact.)
  *
- * Layout of a token's q (per 64-column block b, 64 int8):
- *   4-bit: q[0..31] = x̂[2k], q[32..63] = x̂[2k+1] — the byte order of the
- *          low-nibble and high-nibble vectors of the block's 32 code bytes
- *          (byte k holds codes 2k and 2k+1), so no shuffles in the loop;
- *          the int32 lanes after madd are codes 0..31 (lanes 0-3) and 32..63.
- *   8-bit: q in column order; codes c are used as (c − 128) (vpsignb keeps
- *          vpmaddubsw's pair sums in int16: 128·127·2 < 2^15) and the
- *          128·Σq per 32-column half comes back as an integer correction.
+ * Layout of a token's q (per 64-column block b, 64 int8): q[0..31] = x̂[2k],
+ * q[32..63] = x̂[2k+1] — the byte order of the low-nibble and high-nibble
+ * vectors of the block's 32 code bytes (byte k holds codes 2k and 2k+1), so
+ * no shuffles in the loop; the int32 lanes after madd are codes 0..31 (lanes
+ * 0-3) and 32..63.
  * Batch invariance: per (t, r) the f32 accumulator lanes get
  * fma(cvt(Σ_block), s_g·d_b, acc) for blocks in ascending order, then hsum8 +
  * bias_dot — the same in every tile shape, token count and thread split.
@@ -43,19 +41,16 @@ typedef struct {
     const int8_t *q;     /* cols, layout above */
     const float *d;      /* per block */
     const float *xsum;   /* per group */
-    const int32_t *corr; /* 8-bit: per 32-column half, 128·Σq */
 } i8_tok;
 
 typedef struct {
     int8_t q[I8_QBYTES] __attribute__((aligned(64)));
     float d[I8_QBYTES / KN_QX_BLOCK];
     float xsum[I8_QBYTES / 32];
-    int32_t corr[I8_QBYTES / 32];
 } i8_buf;
 
-/* Quantizes one token (kn_int.h): q, d per block, xsum per group, corr (8-bit). */
-static void i8_make(const float *x, int64_t cols, int64_t gs, const int bits, int8_t *q, float *d,
-                    float *xsum, int32_t *corr)
+/* Quantizes one token (kn_int.h): q, d per block, xsum per group. */
+static void i8_make(const float *x, int64_t cols, int64_t gs, int8_t *q, float *d, float *xsum)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < cols / KN_QX_BLOCK; b++) {
@@ -76,21 +71,9 @@ static void i8_make(const float *x, int64_t cols, int64_t gs, const int bits, in
             _mm256_storeu_si256((__m256i *)(qi + 8 * k), _mm256_cvtps_epi32(v));
         }
         int8_t *qb = q + b * KN_QX_BLOCK;
-        if (bits == 4) {
-            for (int k = 0; k < 32; k++) {
-                qb[k] = (int8_t)qi[2 * k];
-                qb[32 + k] = (int8_t)qi[2 * k + 1];
-            }
-        } else {
-            int32_t s0 = 0, s1 = 0;
-            for (int k = 0; k < 32; k++) {
-                qb[k] = (int8_t)qi[k];
-                qb[32 + k] = (int8_t)qi[32 + k];
-                s0 += qi[k];
-                s1 += qi[32 + k];
-            }
-            corr[2 * b] = 128 * s0;
-            corr[2 * b + 1] = 128 * s1;
+        for (int k = 0; k < 32; k++) {
+            qb[k] = (int8_t)qi[2 * k];
+            qb[32 + k] = (int8_t)qi[2 * k + 1];
         }
     }
     group_sums(x, cols, gs, xsum);
@@ -120,18 +103,13 @@ AI void i8_sd(const kn_mat *W, int64_t r, const float *d, float *sd, const int64
     }
 }
 
-AI __m256i zext_i32(int32_t v)
-{
-    return _mm256_set_m128i(_mm_setzero_si128(), _mm_cvtsi32_si128(v));
-}
-
 /* R rows × T tokens of the int8 math: yp[j][r + i]. `pf`: prefetch the
  * weights pfd bytes ahead (decode streams rows from memory). */
 AI void i8_tile(const kn_mat *W, const i8_tok *xt, float *const *yp, int64_t r, const int R,
-                const int T, const int bits, const int64_t gs, const int64_t pfd)
+                const int T, const int64_t gs, const int64_t pfd)
 {
-    const int64_t cols = W->cols, ng = cols / gs, nb = cols / KN_QX_BLOCK, rs = cols * bits / 8;
-    const int64_t bb = KN_QX_BLOCK * bits / 8;
+    const int64_t cols = W->cols, ng = cols / gs, nb = cols / KN_QX_BLOCK, rs = cols / 2;
+    const int64_t bb = KN_QX_BLOCK / 2; /* code bytes per block and row */
     const uint8_t *w0 = (const uint8_t *)W->w + r * rs;
     /* s_g·d_b per (row, token); rows padded by 32 bytes: 12 arrays exactly
      * 4 KiB apart would share one L1 set. Constant offsets from one base keep
@@ -148,59 +126,24 @@ AI void i8_tile(const kn_mat *W, const i8_tok *xt, float *const *yp, int64_t r, 
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++)
             acc[i][j] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1),
-                  flip = _mm256_set1_epi8((char)0x80);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
             const uint8_t *wp = w0 + i * rs + b * bb;
-            if (pfd && (bits == 8 || (b & 1) == 0))
-                _mm_prefetch((const char *)(wp + pfd), _MM_HINT_T0);
-            if (bits == 4) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)wp);
-                __m256i lo = _mm256_and_si256(v, m4),
-                        hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (pfd && (b & 1) == 0) _mm_prefetch((const char *)(wp + pfd), _MM_HINT_T0);
+            __m256i v = _mm256_loadu_si256((const __m256i *)wp);
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 4
-                for (int j = 0; j < T; j++) {
-                    const __m256i *q = (const __m256i *)(xt[j].q + b * KN_QX_BLOCK);
-                    __m256i p =
-                        _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256(q)),
-                                         _mm256_maddubs_epi16(hi, _mm256_load_si256(q + 1)));
-                    __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                    __m256 m = gs == 32 ? _mm256_set_m128(_mm_set1_ps(sd[i][j][2 * b + 1]),
-                                                          _mm_set1_ps(sd[i][j][2 * b]))
-                                        : _mm256_broadcast_ss(&sd[i][j][b]);
-                    acc[i][j] = _mm256_fmadd_ps(f, m, acc[i][j]);
-                }
-            } else {
-                __m256i sa = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wp), flip);
-                __m256i sb = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wp + 32)), flip);
-                __m256i aa = _mm256_abs_epi8(sa), ab = _mm256_abs_epi8(sb);
-#pragma GCC unroll 4
-                for (int j = 0; j < T; j++) {
-                    const __m256i *q = (const __m256i *)(xt[j].q + b * KN_QX_BLOCK);
-                    const int32_t *cr = xt[j].corr + 2 * b;
-                    __m256i i0 = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(aa, _mm256_sign_epi8(_mm256_load_si256(q), sa)), ones);
-                    __m256i i1 = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(ab, _mm256_sign_epi8(_mm256_load_si256(q + 1), sb)),
-                        ones);
-                    if (gs == 32) {
-                        i0 = _mm256_add_epi32(i0, zext_i32(cr[0]));
-                        i1 = _mm256_add_epi32(i1, zext_i32(cr[1]));
-                        acc[i][j] =
-                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0),
-                                            _mm256_broadcast_ss(&sd[i][j][2 * b]), acc[i][j]);
-                        acc[i][j] =
-                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1),
-                                            _mm256_broadcast_ss(&sd[i][j][2 * b + 1]), acc[i][j]);
-                    } else {
-                        __m256i s =
-                            _mm256_add_epi32(_mm256_add_epi32(i0, i1), zext_i32(cr[0] + cr[1]));
-                        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
-                                                    _mm256_broadcast_ss(&sd[i][j][b]), acc[i][j]);
-                    }
-                }
+            for (int j = 0; j < T; j++) {
+                const __m256i *q = (const __m256i *)(xt[j].q + b * KN_QX_BLOCK);
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256(q)),
+                                             _mm256_maddubs_epi16(hi, _mm256_load_si256(q + 1)));
+                __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                __m256 m = gs == 32 ? _mm256_set_m128(_mm_set1_ps(sd[i][j][2 * b + 1]),
+                                                      _mm_set1_ps(sd[i][j][2 * b]))
+                                    : _mm256_broadcast_ss(&sd[i][j][b]);
+                acc[i][j] = _mm256_fmadd_ps(f, m, acc[i][j]);
             }
         }
     }
@@ -214,41 +157,34 @@ AI void i8_tile(const kn_mat *W, const i8_tok *xt, float *const *yp, int64_t r, 
 
 typedef void (*i8_tile_fn)(const kn_mat *, const i8_tok *, float *const *, int64_t, int64_t);
 
-/* i8_<bits>_<gs>_<R>x<T>: every constant folded. */
-#define I8_FN(B, G, R, T)                                                                          \
-    static void i8_##B##_##G##_##R##x##T(const kn_mat *W, const i8_tok *xt, float *const *yp,      \
-                                         int64_t r, int64_t pfd)                                   \
+/* i8_<gs>_<R>x<T>: every constant folded. */
+#define I8_FN(G, R, T)                                                                             \
+    static void i8_##G##_##R##x##T(const kn_mat *W, const i8_tok *xt, float *const *yp, int64_t r, \
+                                   int64_t pfd)                                                    \
     {                                                                                              \
-        i8_tile(W, xt, yp, r, R, T, B, G, pfd);                                                    \
+        i8_tile(W, xt, yp, r, R, T, G, pfd);                                                       \
     }
-#define I8_FNS(B, G)                                                                               \
-    I8_FN(B, G, 4, 1)                                                                              \
-    I8_FN(B, G, 4, 2)                                                                              \
-    I8_FN(B, G, 4, 3)                                                                              \
-    I8_FN(B, G, 1, 1)                                                                              \
-    I8_FN(B, G, 1, 2)                                                                              \
-    I8_FN(B, G, 1, 3)
-I8_FNS(4, 32)
-I8_FNS(4, 64)
-I8_FNS(4, 128)
-I8_FNS(8, 32)
-I8_FNS(8, 64)
-I8_FNS(8, 128)
-#define I8_ROW(B, G)                                                                               \
+#define I8_FNS(G)                                                                                  \
+    I8_FN(G, 4, 1)                                                                                 \
+    I8_FN(G, 4, 2)                                                                                 \
+    I8_FN(G, 4, 3)                                                                                 \
+    I8_FN(G, 1, 1)                                                                                 \
+    I8_FN(G, 1, 2)                                                                                 \
+    I8_FN(G, 1, 3)
+I8_FNS(32)
+I8_FNS(64)
+I8_FNS(128)
+#define I8_ROW(G)                                                                                  \
     {                                                                                              \
-        {NULL, i8_##B##_##G##_1x1, i8_##B##_##G##_1x2, i8_##B##_##G##_1x3},                        \
-            {NULL, i8_##B##_##G##_4x1, i8_##B##_##G##_4x2, i8_##B##_##G##_4x3},                    \
+        {NULL, i8_##G##_1x1, i8_##G##_1x2, i8_##G##_1x3},                                          \
+            {NULL, i8_##G##_4x1, i8_##G##_4x2, i8_##G##_4x3},                                      \
     }
-/* [bits 4/8][gs 32/64/128][R 1/4][T] */
-static const i8_tile_fn i8_tiles[2][3][2][4] = {
-    {I8_ROW(4, 32), I8_ROW(4, 64), I8_ROW(4, 128)},
-    {I8_ROW(8, 32), I8_ROW(8, 64), I8_ROW(8, 128)},
-};
+/* [gs 32/64/128][R 1/4][T] */
+static const i8_tile_fn i8_tiles[3][2][4] = {I8_ROW(32), I8_ROW(64), I8_ROW(128)};
 
 static const i8_tile_fn *i8_pick(const kn_mat *W, int four_rows)
 {
-    int g = W->group == 32 ? 0 : W->group == 64 ? 1 : 2;
-    return i8_tiles[W->bits == 8][g][four_rows];
+    return i8_tiles[W->group == 32 ? 0 : W->group == 64 ? 1 : 2][four_rows];
 }
 
 /* Rows [r0, r1) for tokens xt[0..nt): 4-row tiles, token groups of ≤ 3. */
@@ -270,7 +206,7 @@ static void mm_i8(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
 {
     const int64_t cols = W->cols, rows = W->rows, gs = W->group, ng = cols / gs,
                   nb = cols / KN_QX_BLOCK;
-    const int64_t rs = cols * W->bits / 8;
+    const int64_t rs = cols / 2;
     i8_buf buf;
     int64_t tb = I8_QBYTES / cols;
     if (tb > I8_TB) tb = I8_TB;
@@ -278,10 +214,8 @@ static void mm_i8(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
     float *yp[I8_TB];
     if (n <= I8_SMALL) {
         for (int j = 0; j < n; j++) {
-            i8_make(x + j * cols, cols, gs, W->bits, buf.q + j * cols, buf.d + j * nb,
-                    buf.xsum + j * ng, buf.corr + j * 2 * nb);
-            xt[j] = (i8_tok){buf.q + j * cols, buf.d + j * nb, buf.xsum + j * ng,
-                             buf.corr + j * 2 * nb};
+            i8_make(x + j * cols, cols, gs, buf.q + j * cols, buf.d + j * nb, buf.xsum + j * ng);
+            xt[j] = (i8_tok){buf.q + j * cols, buf.d + j * nb, buf.xsum + j * ng};
             yp[j] = y + j * rows;
         }
         /* stream rows: prefetch whole 4-row tiles at least I8_PF ahead
@@ -295,10 +229,8 @@ static void mm_i8(const kn_mat *W, const float *x, int64_t n, float *y, int64_t 
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
         const int nt = (int)(n - t0 < tb ? n - t0 : tb);
         for (int j = 0; j < nt; j++) {
-            i8_make(x + (t0 + j) * cols, cols, gs, W->bits, buf.q + j * cols, buf.d + j * nb,
-                    buf.xsum + j * ng, buf.corr + j * 2 * nb);
-            xt[j] = (i8_tok){buf.q + j * cols, buf.d + j * nb, buf.xsum + j * ng,
-                             buf.corr + j * 2 * nb};
+            i8_make(x + (t0 + j) * cols, cols, gs, buf.q + j * cols, buf.d + j * nb, buf.xsum + j * ng);
+            xt[j] = (i8_tok){buf.q + j * cols, buf.d + j * nb, buf.xsum + j * ng};
             yp[j] = y + (t0 + j) * rows;
         }
         for (int64_t rb = r0; rb < r1; rb += slab) {
@@ -316,17 +248,8 @@ static void mm_q4_i8(const kn_mat *W, const float *x, int64_t n, float *y, int64
         kn->mm_q_base[4](W, x, n, y, r0, r1);
 }
 
-static void mm_q8_i8(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
-{
-    if (kn_i8_ok(W))
-        mm_i8(W, x, n, y, r0, r1);
-    else
-        kn->mm_q_base[8](W, x, n, y, r0, r1);
-}
-
 void kn_avx2_install_mat_i8(kn_ops *t)
 {
     t->mm_q[4] = mm_q4_i8;
-    t->mm_q[8] = mm_q8_i8;
 }
 #endif
