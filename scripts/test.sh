@@ -11,6 +11,9 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 if [ -f tests/e2e/package.json ]; then
   (cd tests/e2e && { [ -d node_modules ] || npm install --no-audit --no-fund --loglevel=error; })
 fi
+# llama.cpp (node-llama-cpp, CPU binaries, ~83 MB) for the GGUF cross-check in cli.gguf_export;
+# best effort: without it that test skips its llama.cpp part.
+bench/peer/setup || echo "test.sh: bench/peer/setup failed: the llama.cpp cross-check will be skipped"
 
 echo "== release build: all tests"
 (cd build && ctest --output-on-failure -j "$JOBS")
