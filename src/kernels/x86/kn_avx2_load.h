@@ -43,6 +43,18 @@ static inline __m256 ld_sf8(const void *p, kn_fmt fmt, int64_t i)
     return ld_w(p, i, fmt);
 }
 
+/* max |x_i| over 64 consecutive floats: the scale of an activation block. */
+static inline float kn_amax64(const float *x)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 8; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
 /* xsum[g] = Σ of group g of x: 8-lane chunk sums in order, then hsum8. */
 static inline void group_sums(const float *x, int64_t cols, int64_t gs, float *xsum)
 {

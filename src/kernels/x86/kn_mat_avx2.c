@@ -460,16 +460,9 @@ typedef struct {
 
 static void qx_make(const float *x, int64_t cols, int64_t gs, const int bits, qx_tok *o)
 {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < cols / KN_QX_BLOCK; b++) {
         const float *xb = x + b * KN_QX_BLOCK;
-        __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < 8; k++)
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)));
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
-        float amax = _mm_cvtss_f32(h);
+        float amax = kn_amax64(xb);
         float inv = amax > 0 ? 32767.0f / amax : 0.0f;
         o->d[b] = amax > 0 ? amax / 32767.0f : 0.0f;
         int32_t qi[2 * KN_QX_BLOCK];
