@@ -283,16 +283,22 @@ int cli_bench(int argc, char **argv)
             frac = dec / roof;
         }
     }
-    if (json)
+    if (json) {
+        /* the roofline fields are null when skipped or not measurable */
+        char roofj[192] = "\"bytes_per_token\": null, \"bandwidth_gbs\": null, "
+                          "\"roofline_tok_s\": null, \"roofline_fraction\": null";
+        if (bpt && bw > 0)
+            snprintf(roofj, sizeof roofj,
+                     "\"bytes_per_token\": %" PRIu64 ", \"bandwidth_gbs\": %.2f, "
+                     "\"roofline_tok_s\": %.2f, \"roofline_fraction\": %.3f",
+                     bpt, bw, roof, frac);
         printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"load_s\": %.3f, "
                "\"rss_bytes\": %" PRIu64 ", \"weights_bytes\": %" PRIu64 ", \"threads\": %d, "
                "\"isa\": \"%s\", \"matmul\": \"%s\", \"prompt_tokens\": %" PRId64
-               ", \"gen_tokens\": %d, \"quant\": \"%s\", \"kv_format\": \"%s\", "
-               "\"bytes_per_token\": %" PRIu64 ", \"bandwidth_gbs\": %.2f, \"roofline_tok_s\": %.2f, "
-               "\"roofline_fraction\": %.3f}\n",
+               ", \"gen_tokens\": %d, \"quant\": \"%s\", \"kv_format\": \"%s\", %s}\n",
                pf, dec, rt->load_s, rss, info.weights_bytes, rt->o.n_threads, kn_isa_name(),
-               kn_matmul_mode(), pp, res.n_generated, info.quant_desc, rt->kv_desc, bpt, bw, roof,
-               frac);
+               kn_matmul_mode(), pp, res.n_generated, info.quant_desc, rt->kv_desc, roofj);
+    }
     else {
         printf("model=%s quant=\"%s\" kv=%s threads=%d isa=%s matmul=%s\nprefill: %" PRId64
                " tokens %.3f s "
