@@ -163,10 +163,20 @@ def poll():
         s = json.load(urllib.request.urlopen(url + "/stats"))
         samples.append((s["batch"]["active"], s["batch"]["queued"], s["admission"]["kv_projected_bytes"]))
         time.sleep(0.03)
+def total():
+    return json.load(urllib.request.urlopen(url + "/stats"))["requests"]["total"]
 p = threading.Thread(target=poll); p.start()
 ts = []
+base_total = total()
 for i in range(len(mts)):
-    t = threading.Thread(target=run, args=(i,)); t.start(); ts.append(t); time.sleep(0.3)
+    # submit the next one as soon as the engine has queued this one: the
+    # arrival order is fixed and the requests overlap however fast the
+    # machine decodes (a fixed 0.3 s spacing let a quiet machine finish each
+    # request before the next arrived)
+    t = threading.Thread(target=run, args=(i,)); t.start(); ts.append(t)
+    t_end = time.time() + 10
+    while total() < base_total + i + 1 and time.time() < t_end:
+        time.sleep(0.002)
 for t in ts: t.join(300)
 stop = True; p.join()
 base = res[0]["submit"]
