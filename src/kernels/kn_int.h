@@ -64,6 +64,19 @@ static inline const kn_ops *kn_get(void)
     return kn;
 }
 
+/* The record of position p, KV head kvh in a sequence's paged K or V
+ * (blocks = a->k_blocks or a->v_blocks): its bytes, and in *f the format of
+ * its block's class (fmt_full before full_blocks, fmt after). */
+static inline const uint8_t *kn_attn_rec(const kn_attn_args *a, const void *const *blocks,
+                                         int32_t p, int32_t kvh, kn_kv_fmt *f)
+{
+    int32_t j = p / a->block_tokens;
+    *f = j < a->full_blocks ? a->fmt_full : a->fmt;
+    return (const uint8_t *)blocks[j] +
+           ((size_t)(p % a->block_tokens) * (size_t)a->n_kv_heads + (size_t)kvh) *
+               kn_kv_rec_bytes(*f, a->head_dim);
+}
+
 /* Installers (each overwrites only what it implements). */
 void kn_ref_install_mat(kn_ops *t);
 void kn_ref_install_ops(kn_ops *t);

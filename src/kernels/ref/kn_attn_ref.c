@@ -23,11 +23,8 @@ KN_NO_CONTRACT
 static inline const float *kv_at(const void *const *blocks, const kn_attn_args *a, int32_t p,
                                  int32_t kvh, float *buf)
 {
-    int32_t j = p / a->block_tokens;
-    kn_kv_fmt f = j < a->full_blocks ? a->fmt_full : a->fmt;
-    const uint8_t *rec = (const uint8_t *)blocks[j] +
-                         ((size_t)(p % a->block_tokens) * (size_t)a->n_kv_heads + (size_t)kvh) *
-                             kn_kv_rec_bytes(f, a->head_dim);
+    kn_kv_fmt f;
+    const uint8_t *rec = kn_attn_rec(a, blocks, p, kvh, &f);
     if (f.dtype == KN_KV_F32) return (const float *)rec;
     kn_kv_load(f, rec, a->head_dim, buf);
     return buf;

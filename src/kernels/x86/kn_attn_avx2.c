@@ -71,11 +71,8 @@ static void kv_load_avx2(kn_kv_fmt f, const void *src, int32_t n, float *out)
 static inline const float *kv_at(const void *const *blocks, const kn_attn_args *a, int32_t p,
                                  int32_t kvh, float *buf)
 {
-    int32_t j = p / a->block_tokens;
-    kn_kv_fmt f = j < a->full_blocks ? a->fmt_full : a->fmt;
-    const uint8_t *rec = (const uint8_t *)blocks[j] +
-                         ((size_t)(p % a->block_tokens) * (size_t)a->n_kv_heads + (size_t)kvh) *
-                             kn_kv_rec_bytes(f, a->head_dim);
+    kn_kv_fmt f;
+    const uint8_t *rec = kn_attn_rec(a, blocks, p, kvh, &f);
     if (f.dtype == KN_KV_F32) return (const float *)rec;
     kv_load_avx2(f, rec, a->head_dim, buf);
     return buf;
@@ -90,11 +87,9 @@ static inline void kv_prefetch(const void *const *blocks, const kn_attn_args *a,
                                int32_t last, int32_t kvh)
 {
     if (p > last) return;
-    int32_t j = p / a->block_tokens;
-    kn_kv_fmt f = j < a->full_blocks ? a->fmt_full : a->fmt;
+    kn_kv_fmt f;
+    const char *rec = (const char *)kn_attn_rec(a, blocks, p, kvh, &f);
     size_t rb = kn_kv_rec_bytes(f, a->head_dim);
-    const char *rec = (const char *)blocks[j] +
-                      ((size_t)(p % a->block_tokens) * (size_t)a->n_kv_heads + (size_t)kvh) * rb;
     for (size_t o = 0; o < rb; o += 64) _mm_prefetch(rec + o, _MM_HINT_T0);
     _mm_prefetch(rec + rb - 1, _MM_HINT_T0);
 }
