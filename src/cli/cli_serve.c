@@ -41,6 +41,8 @@ typedef struct {
     double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
     double memory_budget, kv_budget; /* decimal GB; 0 = none */
     double max_stall_ms;             /* prefill time per step beside streams; < 0 = default */
+    int64_t max_conns, max_conns_ip; /* --max-connections, --max-connections-per-ip */
+    double header_timeout, keepalive_timeout, body_timeout; /* seconds */
     int32_t env_limit;               /* KILN_CONTEXT_LIMIT; 0 = unset */
     const char *ssd_cache; /* --ssd-cache DIR */
     double ssd_cache_max;  /* GiB; 0 = no cap */
@@ -77,22 +79,30 @@ static int check_flags(const serve_flags *f, int *thinking)
             return 2;
         }
     }
-    const char *bad = f->port < 0 || f->port > 65535             ? "--port must be 0..65535"
-                      : f->batch < 1 || f->batch > 256           ? "--batch must be 1..256"
-                      : f->ctx < 0                               ? "--ctx must be >= 0"
-                      : f->max_tokens < 0                        ? "--max-tokens must be >= 0"
-                      : f->temperature < 0 || f->temperature > 2 ? "--temperature must be in [0, 2]"
-                      : f->top_p <= 0 || f->top_p > 1            ? "--top-p must be in (0, 1]"
-                      : f->top_k < 0                             ? "--top-k must be >= 0"
-                      : f->min_p < 0 || f->min_p > 1             ? "--min-p must be in [0, 1]"
-                      : f->max_queue < 0                         ? "--max-queue must be >= 0"
-                      : f->threads < 0                           ? "--threads must be >= 0"
-                      : f->max_body < 1                          ? "--max-body must be >= 1"
-                      : f->prompt_cache < 0                      ? "--prompt-cache must be >= 0"
-                      : f->timeout < 0                           ? "--timeout must be >= 0"
-                      : f->memory_budget < 0 ? "--memory-budget must be > 0 (decimal GB)"
-                      : f->kv_budget < 0     ? "--kv-budget must be > 0 (decimal GB)"
-                                             : NULL;
+    const char *bad =
+        f->port < 0 || f->port > 65535               ? "--port must be 0..65535"
+        : f->batch < 1 || f->batch > 256             ? "--batch must be 1..256"
+        : f->ctx < 0                                 ? "--ctx must be >= 0"
+        : f->max_tokens < 0                          ? "--max-tokens must be >= 0"
+        : f->temperature < 0 || f->temperature > 2   ? "--temperature must be in [0, 2]"
+        : f->top_p <= 0 || f->top_p > 1              ? "--top-p must be in (0, 1]"
+        : f->top_k < 0                               ? "--top-k must be >= 0"
+        : f->min_p < 0 || f->min_p > 1               ? "--min-p must be in [0, 1]"
+        : f->max_queue < 0                           ? "--max-queue must be >= 0"
+        : f->threads < 0                             ? "--threads must be >= 0"
+        : f->max_body < 1                            ? "--max-body must be >= 1"
+        : f->prompt_cache < 0                        ? "--prompt-cache must be >= 0"
+        : f->timeout < 0                             ? "--timeout must be >= 0"
+        : f->max_conns < 1 || f->max_conns > 1000000 ? "--max-connections must be 1..1000000"
+        : f->max_conns_ip < 0 || f->max_conns_ip > 1000000
+            ? "--max-connections-per-ip must be 0..1000000"
+        : !(f->header_timeout > 0 && f->header_timeout <= 86400) ||
+                !(f->keepalive_timeout > 0 && f->keepalive_timeout <= 86400) ||
+                !(f->body_timeout > 0 && f->body_timeout <= 86400)
+            ? "--header-timeout, --keepalive-timeout and --body-timeout must be in (0, 86400]"
+        : f->memory_budget < 0 ? "--memory-budget must be > 0 (decimal GB)"
+        : f->kv_budget < 0     ? "--kv-budget must be > 0 (decimal GB)"
+                               : NULL;
     if (bad) {
         fprintf(stderr, "kiln serve: %s\n", bad);
         return 2;
@@ -223,6 +233,11 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     sc.defaults = pick_defaults(f, flags, &cfg);
     sc.timeout_s = f->timeout;
     sc.unix_path = f->unix_path;
+    sc.max_connections = (unsigned)f->max_conns;
+    sc.max_connections_per_ip = (unsigned)f->max_conns_ip;
+    sc.header_timeout_s = f->header_timeout;
+    sc.keepalive_timeout_s = f->keepalive_timeout;
+    sc.body_timeout_s = f->body_timeout;
     serve_state st = {0};
     /* Bind first: a taken port fails in milliseconds, not after the load. */
     if (srv_start(&sc, &st.srv, &err)) {
@@ -330,6 +345,12 @@ int cli_serve(int argc, char **argv)
     serve_flags f = {.host = "127.0.0.1", .port = 8080, .batch = 8, .max_queue = 64,
                      .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20,
                      .responses_ttl = 3600, .responses_store_mib = 64, .max_stall_ms = -1};
+    srv_config dc = srv_config_default();
+    f.max_conns = dc.max_connections;
+    f.max_conns_ip = dc.max_connections_per_ip;
+    f.header_timeout = dc.header_timeout_s;
+    f.keepalive_timeout = dc.keepalive_timeout_s;
+    f.body_timeout = dc.body_timeout_s;
     cli_flag flags[] = {
         {"model", CLI_STR, &f.model, "DIR|REPO",
          "model folder or Hugging Face repo id (default: "
@@ -371,6 +392,16 @@ int cli_serve(int argc, char **argv)
          0},
         {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)",
          0},
+        {"max-connections", CLI_INT, &f.max_conns, "N",
+         "connections served at once; past it idle ones are closed, else 503 (default 1024)", 0},
+        {"max-connections-per-ip", CLI_INT, &f.max_conns_ip, "N",
+         "the same per client address, IPv6 per /64 (default 256; 0 = no cap)", 0},
+        {"header-timeout", CLI_FLOAT, &f.header_timeout, "S",
+         "a new connection must send its request headers within S seconds (default 15)", 0},
+        {"keepalive-timeout", CLI_FLOAT, &f.keepalive_timeout, "S",
+         "close a keep-alive connection idle for S seconds (default 30)", 0},
+        {"body-timeout", CLI_FLOAT, &f.body_timeout, "S",
+         "a request body must arrive within S seconds of its headers (default 60)", 0},
         {"unix", CLI_STR, &f.unix_path, "PATH",
          "also serve the API on this unix-domain socket (mode 0600), with POST /admin/lease", 0},
         {"memory-budget", CLI_FLOAT, &f.memory_budget, "GB",
@@ -392,7 +423,8 @@ int cli_serve(int argc, char **argv)
          "size cap of --ssd-cache, least recently used evicted (default: none)", 0},
         {"generation-checkpoint", CLI_INT, &f.gen_ckpt, "N",
          "persist each generation every N tokens in --ssd-cache; an identical retried request "
-         "resumes after a crash (default: off)", 0},
+         "resumes after a crash (default: off)",
+         0},
         CLI_KV_FLAGS(f.kv),
         {0},
     };

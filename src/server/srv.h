@@ -51,7 +51,12 @@ typedef struct {
     size_t responses_store_bytes; /* Responses store cap, bytes (default 64 MiB) */
     int tool_parser;         /* srv_tc_family (srv_toolcall.h); -1 = detect from the template */
     srv_sampling_defaults defaults;
-    unsigned max_connections;
+    unsigned max_connections;        /* connections served at once (idle ones give way past it; a
+                                        request beyond it with every slot busy gets 503) */
+    unsigned max_connections_per_ip; /* the same per client address (IPv6: per /64); 0 = none */
+    double header_timeout_s;         /* a new connection's request headers must be in within this */
+    double keepalive_timeout_s;      /* an idle keep-alive connection is closed after this */
+    double body_timeout_s;           /* a request body must be in within this of its headers */
     double timeout_s;        /* per-request wall-clock limit; 0 = none (then cancelled) */
     const char *unix_path;   /* BORROWED during srv_start: also serve on this unix-domain
                                 socket (mode 0600; a stale socket file is replaced, any other

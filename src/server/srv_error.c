@@ -39,6 +39,7 @@ static const err_row rows[SRV_E_END] = {
     [SRV_E_LOADING] = {503, "server_error", "unavailable"},
     [SRV_E_CTX_BUDGET] = {400, "memory_admission", "context_over_budget"},
     [SRV_E_KV_BUDGET] = {400, "memory_admission", "kv_over_budget"},
+    [SRV_E_OVERLOADED] = {503, "server_error", "overloaded"},
 };
 
 static const err_row *row(int kind)

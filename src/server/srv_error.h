@@ -24,6 +24,7 @@ typedef enum {
     SRV_E_LOADING,                 /* model not loaded yet / shutting down (503) */
     SRV_E_CTX_BUDGET,              /* the prompt alone fills the memory-admission limit (400) */
     SRV_E_KV_BUDGET,               /* the request alone is over --kv-budget (400) */
+    SRV_E_OVERLOADED,              /* every connection slot or the request memory is busy (503) */
     SRV_E_END
 } srv_ecode;
 

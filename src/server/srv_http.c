@@ -106,6 +106,7 @@ typedef struct {
     bool answered;  /* an error was queued on the first call */
     bool via_unix;  /* accepted on the --unix socket */
     int fd;
+    srv_conn_rec *rec; /* BORROWED from s->conns (NULL: untracked); lives until the socket closes */
 } srv_conn;
 
 typedef struct {
@@ -132,8 +133,9 @@ static int peer_alive(void *ctx)
 
 /* ---------------------------------------------------------------- responses */
 
-static MHD_RESULT send_text(struct MHD_Connection *c, int status, char *text, size_t len,
-                            const char *ctype)
+/* Sends text (stolen). 429 and 503 say when to come back (Retry-After). */
+static MHD_RESULT send_text_ex(struct MHD_Connection *c, int status, char *text, size_t len,
+                               const char *ctype, bool close)
 {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, text, text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -142,13 +144,22 @@ static MHD_RESULT send_text(struct MHD_Connection *c, int status, char *text, si
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
+    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     MHD_RESULT rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return rc;
 }
 
-/* Sends j (stolen) as the body. */
-static MHD_RESULT send_json(srv_conn *cn, struct MHD_Connection *c, int status, json_t *j)
+static MHD_RESULT send_text(struct MHD_Connection *c, int status, char *text, size_t len,
+                            const char *ctype)
+{
+    return send_text_ex(c, status, text, len, ctype, false);
+}
+
+/* Sends j (stolen) as the body; close: the connection ends after it. */
+static MHD_RESULT send_json_ex(srv_conn *cn, struct MHD_Connection *c, int status, json_t *j,
+                               bool close)
 {
     size_t len = 0;
     char *s = j ? srv_json_dump(j, &len) : NULL;
@@ -161,16 +172,27 @@ static MHD_RESULT send_json(srv_conn *cn, struct MHD_Connection *c, int status, 
         status = 500;
     }
     srv_metrics_request(cn->s->metrics, cn->rt ? cn->rt->path : "other", status);
-    return send_text(c, status, s, len, "application/json");
+    return send_text_ex(c, status, s, len, "application/json", close);
+}
+
+static MHD_RESULT send_json(srv_conn *cn, struct MHD_Connection *c, int status, json_t *j)
+{
+    return send_json_ex(cn, c, status, j, false);
+}
+
+static MHD_RESULT send_error_ex(srv_conn *cn, struct MHD_Connection *c, const srv_error *e,
+                                bool close)
+{
+    if (srv_error_status(e->kind) >= 500 && e->kind != SRV_E_OVERLOADED)
+        KLOG_WARN("srv", "status=%d error=\"%s\"", srv_error_status(e->kind), e->message);
+    bool anthropic = cn->rt && (cn->rt->id == R_MESSAGES || cn->rt->id == R_COUNT_TOKENS);
+    return send_json_ex(cn, c, srv_error_status(e->kind),
+                        anthropic ? srv_error_json_anthropic(e) : srv_error_json(e), close);
 }
 
 static MHD_RESULT send_error(srv_conn *cn, struct MHD_Connection *c, const srv_error *e)
 {
-    if (srv_error_status(e->kind) >= 500)
-        KLOG_WARN("srv", "status=%d error=\"%s\"", srv_error_status(e->kind), e->message);
-    bool anthropic = cn->rt && (cn->rt->id == R_MESSAGES || cn->rt->id == R_COUNT_TOKENS);
-    return send_json(cn, c, srv_error_status(e->kind),
-                     anthropic ? srv_error_json_anthropic(e) : srv_error_json(e));
+    return send_error_ex(cn, c, e, false);
 }
 
 /* ---------------------------------------------------------------- streaming */
@@ -380,6 +402,24 @@ static MHD_RESULT first_call(srv_conn *cn, struct MHD_Connection *c, const char 
     srv_error e;
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cn->rt && cn->rt->unix_only && !cn->via_unix) cn->rt = NULL; /* not reachable over TCP */
+    srv_conn_verdict v = srv_conns_begin(cn->s->conns, cn->rec);
+    if (v != SRV_CONN_OK) {
+        srv_conns_cfg cc = srv_conns_get_cfg(cn->s->conns);
+        e = v == SRV_CONN_OVER_TOTAL
+                ? srv_error_make(
+                      SRV_E_OVERLOADED, NULL,
+                      "the server is at its limit of %u "
+                      "connections, each with a request in progress (--max-connections); "
+                      "retry later",
+                      cc.max_total)
+                : srv_error_make(SRV_E_OVERLOADED, NULL,
+                                 "your address is at its limit of %u "
+                                 "connections, each with a request in progress "
+                                 "(--max-connections-per-ip); retry later",
+                                 cc.max_per_addr);
+        cn->answered = true;
+        return send_error_ex(cn, c, &e, true);
+    }
     if (!cn->rt) {
         e = srv_error_make(SRV_E_ROUTE, NULL, "no route %.100s %.200s", method, url);
     } else if (strcmp(method, cn->rt->method) != 0) {
@@ -413,6 +453,9 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         cn->fd = ci ? ci->connect_fd : -1;
         const union MHD_ConnectionInfo *di = MHD_get_connection_info(c, MHD_CONNECTION_INFO_DAEMON);
         cn->via_unix = s->mhd_unix && di && di->daemon == s->mhd_unix;
+        const union MHD_ConnectionInfo *si =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        cn->rec = si ? si->socket_context : NULL;
         *con_cls = cn;
         return first_call(cn, c, url, method);
     }
@@ -430,6 +473,7 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
     }
     if (cn->answered) return MHD_YES;
     cn->answered = true;
+    srv_conns_dispatch(s->conns, cn->rec);
     if (cn->too_large) {
         srv_error e = srv_error_make(KILN_E_TOO_LARGE, NULL, "request body is over the limit of %zu "
                                      "bytes (--max-body)", s->cfg.max_body);
@@ -443,9 +487,33 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
     srv_conn *cn = *con_cls;
     if (!cn) return;
+    srv_conns_end(cn->s->conns, cn->rec);
     srv_buf_free(&cn->body);
     free(cn);
     *con_cls = NULL;
+}
+
+/* Every socket MHD opens and closes enters and leaves the connection table
+ * (srv_conns.c), which keeps its deadlines and caps. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    srv_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        srv_conns_closed(s->conns, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ai ? ai->client_addr : NULL;
+    socklen_t len = !sa                         ? 0
+                    : sa->sa_family == AF_INET6 ? (socklen_t)sizeof(struct sockaddr_in6)
+                    : sa->sa_family == AF_INET  ? (socklen_t)sizeof(struct sockaddr_in)
+                                                : 0;
+    *socket_context = srv_conns_opened(s->conns, fi ? fi->connect_fd : -1, len ? sa : NULL, len);
 }
 
 /* libmicrohttpd's own messages (clients that hang up mid-request, ...) are
@@ -461,6 +529,32 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* ---------------------------------------------------------------- listening */
+
+/* Sockets MHD may hold beyond kiln's cap: newcomers that displace idle
+ * connections or are answered 503 (srv_conns.c). */
+static unsigned conn_slack(unsigned cap)
+{
+    return cap / 8 + 16;
+}
+
+/* File descriptors kiln needs beside its sockets (model files, SSD tier, logs). */
+#define FD_RESERVE 256
+
+/* Raises the open-file limit to fit the connection cap (plus MHD's slack and
+ * the reserve); narrows the cap, with a warning, when the system will not. */
+static void fit_fd_limit(srv_conns_cfg *cc)
+{
+    uint64_t want = (uint64_t)cc->max_total + conn_slack(cc->max_total) + FD_RESERVE;
+    uint64_t got = plat_raise_fd_limit(want);
+    if (got >= want || got == 0) return;
+    uint64_t room = got > FD_RESERVE + 32 ? got - FD_RESERVE : 32;
+    unsigned cap = (unsigned)(room * 8 / 9 > 16 ? room * 8 / 9 - 16 : 16);
+    KLOG_WARN("srv",
+              "open-file limit %llu is too low for --max-connections %u: serving at most "
+              "%u connections (raise ulimit -n)",
+              (unsigned long long)got, cc->max_total, cap);
+    cc->max_total = cap;
+}
 
 static kiln_code listen_on(const char *host, int port, int *fd_out, int *port_out, kiln_err *err)
 {
@@ -480,7 +574,7 @@ static kiln_code listen_on(const char *host, int port, int *fd_out, int *port_ou
         }
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) break;
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
         saved = errno;
         close(fd);
         fd = -1;
@@ -554,15 +648,28 @@ static kiln_code listen_unix(const char *path, int *fd_out, unsigned long long *
     return KILN_OK;
 }
 
+/* Thread per connection: a handler may block on the engine for as long as its
+ * generation runs, and a waiting connection costs a parked thread (its stack is
+ * virtual memory, touched pages only) and MHD's 32 KiB buffer, not a busy loop.
+ * MHD's own limit sits above kiln's cap (srv_conns) so that a connection beyond
+ * the cap is still accepted: it displaces an idle one, or gets a clear 503,
+ * instead of a silent close. MHD's inactivity timeout is only a backstop (no
+ * byte in either direction for that long); kiln's deadlines are srv_conns'. */
 static struct MHD_Daemon *start_daemon(srv_server *s, int fd)
 {
-    return MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-            MHD_USE_ITC | MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-        s->cfg.max_connections ? s->cfg.max_connections : 512u, MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+    srv_conns_cfg cc = srv_conns_get_cfg(s->conns);
+    double backstop = cc.keepalive_s;
+    if (cc.header_timeout_s > backstop) backstop = cc.header_timeout_s;
+    if (cc.body_timeout_s > backstop) backstop = cc.body_timeout_s;
+    if (backstop < 60) backstop = 60;
+    return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                            0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_CONNECTION_LIMIT, cc.max_total + conn_slack(cc.max_total),
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(backstop + 0.999),
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
 }
 
 static char *dup_or_null(const char *s)
@@ -584,9 +691,18 @@ srv_config srv_config_default(void)
         .tool_parser = -1,
         .responses_ttl_s = 3600,
         .responses_store_bytes = (size_t)64 << 20,
-        .defaults = {.temperature = 0.7f, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .top_k = 0},
-        .max_connections = 512,
+        .defaults = {.temperature = 0.7f,
+                     .top_p = 1.0f,
+                     .min_p = 0.0f,
+                     .repetition_penalty = 1.0f,
+                     .top_k = 0},
     };
+    srv_conns_cfg cc = srv_conns_cfg_default();
+    c.max_connections = cc.max_total;
+    c.max_connections_per_ip = cc.max_per_addr;
+    c.header_timeout_s = cc.header_timeout_s;
+    c.keepalive_timeout_s = cc.keepalive_s;
+    c.body_timeout_s = cc.body_timeout_s;
     return c;
 }
 
@@ -611,6 +727,18 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
     if (srv_rstore_create(c->responses_ttl_s, c->responses_store_bytes, &s->rstore, err)) {
         srv_stop(s);
         return err ? err->code : KILN_E_NOMEM;
+    }
+    srv_conns_cfg cc = srv_conns_cfg_default();
+    if (c->max_connections) cc.max_total = c->max_connections;
+    cc.max_per_addr = c->max_connections_per_ip;
+    if (c->header_timeout_s > 0) cc.header_timeout_s = c->header_timeout_s;
+    if (c->keepalive_timeout_s > 0) cc.keepalive_s = c->keepalive_timeout_s;
+    if (c->body_timeout_s > 0) cc.body_timeout_s = c->body_timeout_s;
+    fit_fd_limit(&cc);
+    kiln_code crc = srv_conns_create(&cc, &s->conns, err);
+    if (crc) {
+        srv_stop(s);
+        return crc;
     }
     if (!s->host || !s->model_id || (c->model_dir && !s->model_dir) || !s->metrics ||
         (c->api_key && c->api_key[0] && !s->api_key)) {
@@ -723,6 +851,7 @@ void srv_stop(srv_server *s)
     pthread_mutex_unlock(&s->mu);
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (s->mhd_unix) MHD_stop_daemon(s->mhd_unix); /* a lease in flight ends: stopping is set */
+    srv_conns_destroy(s->conns);                   /* after the daemons: every socket is closed */
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->unix_fd >= 0) close(s->unix_fd);
     struct stat st;

@@ -10,6 +10,7 @@
 
 #include "server/srv.h"
 #include "server/srv_chat.h"
+#include "server/srv_conns.h"
 #include "server/srv_error.h"
 #include "server/srv_metrics.h"
 #include "server/srv_openai.h"
@@ -31,6 +32,7 @@ struct srv_server {
     srv_rstore *rstore;           /* OWNED: Responses API store (previous_response_id) */
     srv_tc_family tool_family;    /* how tool calls are parsed (set by srv_attach) */
     srv_metrics *metrics;         /* OWNED */
+    srv_conns *conns;             /* OWNED: open connections, deadlines, caps */
     _Atomic int stopping;         /* set by srv_quiesce: new requests get 503 */
     _Atomic uint64_t next_id;     /* request ids and unseeded RNG seeds */
     double t_start;

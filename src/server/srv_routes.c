@@ -89,6 +89,22 @@ int srv_route_fit(srv_server *s, json_t **body)
     return 200;
 }
 
+/* /stats connections: the table's gauges, caps and why connections were closed. */
+static json_t *conns_json(srv_server *s)
+{
+    srv_conns_stats c = srv_conns_get_stats(s->conns);
+    srv_conns_cfg cfg = srv_conns_get_cfg(s->conns);
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I}", "open",
+        (json_int_t)c.open, "waiting", (json_int_t)c.waiting, "busy", (json_int_t)c.busy, "max",
+        (json_int_t)cfg.max_total, "max_per_ip", (json_int_t)cfg.max_per_addr, "header_timeout_s",
+        cfg.header_timeout_s, "keepalive_timeout_s", cfg.keepalive_s, "body_timeout_s",
+        cfg.body_timeout_s, "accepted", (json_int_t)c.accepted, "closed_header_timeout",
+        (json_int_t)c.closed_header, "closed_keepalive_timeout", (json_int_t)c.closed_keepalive,
+        "closed_body_timeout", (json_int_t)c.closed_body, "evicted_idle", (json_int_t)c.evicted,
+        "refused", (json_int_t)(c.refused_total + c.refused_addr));
+}
+
 int srv_route_stats(srv_server *s, json_t **body)
 {
     eng_engine *e = atomic_load(&s->engine);
@@ -127,6 +143,7 @@ int srv_route_stats(srv_server *s, json_t **body)
         json_object_set_new(ej, "isa", json_string(st.isa ? st.isa : ""));
         json_object_set_new(ej, "matmul", json_string(st.matmul ? st.matmul : ""));
     }
+    if (j) json_object_set_new(j, "connections", conns_json(s));
     json_t *adm = j ? admission_json(s, &st) : NULL;
     if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */
     json_decref(adm);

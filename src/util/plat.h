@@ -32,6 +32,9 @@ uint64_t plat_rss_bytes(void); /* current resident set; 0 if unknown */
 uint64_t plat_peak_rss_bytes(void);
 uint64_t plat_total_memory(void);
 int plat_is_dir(const char *path);
+/* Raises the soft open-file limit towards want (never above the hard limit, never
+ * lowers it). Returns the soft limit now in force; 0 when it cannot be read. */
+uint64_t plat_raise_fd_limit(uint64_t want);
 int plat_is_file(const char *path);
 
 #endif
