@@ -78,6 +78,26 @@ static const char *plain(const run_state *st)
     return st->tty ? "\033[0m" : "";
 }
 
+/* Model output is untrusted: on a terminal, control characters (ESC sequences could
+ * move the cursor, retitle the window or worse) are dropped, C0 but \n and \t, DEL and
+ * UTF-8-encoded C1. Piped output stays byte for byte. */
+static void out_text(const run_state *st, const char *p, size_t n)
+{
+    if (!st->tty) {
+        fwrite(p, 1, n, stdout);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) continue;
+        if (c == 0xc2 && i + 1 < n && (unsigned char)p[i + 1] >= 0x80 && (unsigned char)p[i + 1] <= 0x9f) {
+            i++;
+            continue;
+        }
+        putchar(c);
+    }
+}
+
 /* ---------------------------------------------------------------- the prompt */
 
 /* Chat mode: the messages through the server's request parser and the template. */
@@ -198,12 +218,12 @@ static void answer(run_state *st)
             if (reasoning.len > r0) {
                 if (!in_think) printf("%s", dim(st));
                 in_think = 1;
-                fwrite(reasoning.p + r0, 1, reasoning.len - r0, stdout);
+                out_text(st, reasoning.p + r0, reasoning.len - r0);
             }
             if (content.len > c0) {
                 if (in_think) printf("%s\n", plain(st));
                 in_think = 0;
-                fwrite(content.p + c0, 1, content.len - c0, stdout);
+                out_text(st, content.p + c0, content.len - c0);
             }
             fflush(stdout);
         }
@@ -220,7 +240,7 @@ static void answer(run_state *st)
     }
     size_t c0 = content.len;
     srv_think_flush(&think, &content, &reasoning);
-    if (content.len > c0) fwrite(content.p + c0, 1, content.len - c0, stdout);
+    if (content.len > c0) out_text(st, content.p + c0, content.len - c0);
     if (in_think) printf("%s", plain(st));
     printf("\n");
     eng_handle_release(h);
