@@ -103,15 +103,15 @@ async function pollStats() {
   try {
     const s = await apiJson('/stats');
     const kv = s.kv || {};
-    const pc = s.prefix_cache || {};
     const used = kv.blocks_total ? (kv.blocks_used || 0) / kv.blocks_total : 0;
-    const looked = (pc.hits || 0) + (pc.misses || 0);
+    const tk = s.tokens || {};
     const parts = [
       ['model', s.model],
       ['running', (s.batch || {}).active],
       ['queued', (s.batch || {}).queued],
       ['KV', pct(used) + ' used' + (kv.blocks_cached ? ', ' + kv.blocks_cached + ' cached blocks' : '')],
-      ['cache hits', looked ? pct((pc.hits || 0) / looked) : '–'],
+      // prompt tokens served from cache (RAM prefix cache or SSD tier) over all prompt tokens
+      ['cache hits', tk.prompt ? pct((tk.cached || 0) / tk.prompt) : '–'],
       ['tokens', ((s.tokens || {}).prompt || 0) + ' in / ' + ((s.tokens || {}).completion || 0) + ' out'],
     ];
     const box = $('#stats');

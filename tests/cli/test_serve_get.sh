@@ -100,6 +100,12 @@ out=$("$KILN_BIN" rm test-org/tiny --yes 2>&1); rc=$?
 check "kiln rm of a model not in the cache fails" fails_with $rc "not in the Hugging Face cache" "$out"
 out=$("$KILN_BIN" rm ../etc --yes 2>&1); rc=$?
 check "kiln rm takes only ORG/NAME" [ $rc -eq 2 ]
+
+# kiln run ORG/NAME downloads what is missing too, then chats (piped input)
+out=$(printf 'Once upon a time\n/quit\n' | "$KILN_BIN" run test-org/tiny --threads 1 --max-tokens 8 --temperature 0 2>&1); rc=$?
+check "kiln run ORG/NAME downloads the missing model, then answers" bash -c "[ $rc -eq 0 ] && grep -q 'is not cached; downloading it' <<<'$out' && grep -q 'kiln run: test-org/tiny' <<<'$out' && grep -qE '^\[8 tokens' <<<'$out'"
+out=$(printf '/quit\n' | "$KILN_BIN" run test-org/other --offline 2>&1); rc=$?
+check "kiln run --offline refuses to download" fails_with $rc "downloads are off" "$out"
 out=$("$KILN_BIN" serve --model test-org/absent --port "$PORT" 2>&1 </dev/null); rc=$?
 check "serve with an unknown repo fails clearly" fails_with $rc "not found" "$out"
 out=$("$KILN_BIN" serve --model /nonexistent/dir --port "$PORT" 2>&1); rc=$?
