@@ -35,6 +35,8 @@ int plat_is_dir(const char *path);
 /* Raises the soft open-file limit towards want (never above the hard limit, never
  * lowers it). Returns the soft limit now in force; 0 when it cannot be read. */
 uint64_t plat_raise_fd_limit(uint64_t want);
+/* The folder of the running executable (no trailing slash) into out; -1 if unknown. */
+int plat_exe_dir(char *out, size_t n);
 int plat_is_file(const char *path);
 
 #endif
