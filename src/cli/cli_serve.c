@@ -273,6 +273,8 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         const char *wb = getenv("KILN_SSD_WRITEBEHIND");
         eo.ssd_writebehind = !(wb && !strcmp(wb, "0"));
         eo.ckpt_every = (int32_t)f->gen_ckpt;
+        const char *ck = getenv("KILN_CKPT_CANCELLED_KEEP_S");
+        if (ck && *ck) eo.ckpt_cancel_keep_s = atof(ck);
     }
     const cli_flag *pc = cli_find(flags, "prompt-cache");
     if (pc && pc->seen && f->prompt_cache == 0) eo.prefix_cache = false; /* --prompt-cache 0: off */

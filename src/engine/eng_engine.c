@@ -92,6 +92,7 @@ struct eng_engine {
     int32_t leases;            /* under mu: execution leases held; no step starts while > 0 */
     int in_step;               /* under mu: the engine thread is between admission and step end */
     eng_ssd *ssdw;             /* OWNED: SSD write-behind; NULL without a tier */
+    int shutting_down;         /* engine thread: the stop loop cancels what is left */
     double s_per_token;        /* engine thread: EWMA of step seconds per token (steps of
                                   >= ENG_MIN_PREFILL_SLICE tokens); 0 = not measured yet */
 };
@@ -112,7 +113,7 @@ eng_engine_opts eng_engine_opts_default(void)
 {
     eng_engine_opts o = {
         .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .max_stall_s = 1.0, .prefix_cache = true,
-        .ssd_writebehind = true, .ckpt_max_age_s = 86400};
+        .ssd_writebehind = true, .ckpt_max_age_s = 86400, .ckpt_cancel_keep_s = 300};
     return o;
 }
 
@@ -376,6 +377,21 @@ static char *hold_take(eng_handle *h, size_t n)
     return t;
 }
 
+/* What becomes of a finished request's generation checkpoint:
+ *   stop, length, error  removed now (a retry starts afresh; an error may
+ *                        come from the checkpoint itself)
+ *   cancelled by its client  kept ckpt_cancel_keep_s for a retry to resume,
+ *                        then removed by the tier's writer thread
+ *   cancelled by a shutdown  kept: the retry after the restart resumes
+ *                        (checkpoints older than ckpt_max_age_s expire). */
+static void ckpt_finish(eng_engine *e, eng_handle *h, eng_finish why)
+{
+    if (why != ENG_FINISH_CANCELLED)
+        kv_ssd_remove(e->o.ssd, KV_SSD_CKPT, h->ckpt_id);
+    else if (!e->shutting_down)
+        kv_ssd_expire_in(e->o.ssd, KV_SSD_CKPT, h->ckpt_id, e->o.ckpt_cancel_keep_s);
+}
+
 static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char *stop_matched,
                        const kiln_err *err)
 {
@@ -414,8 +430,7 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     ev.cached_tokens = h->cached_tokens;
     ev.steps = h->n_steps;
     ev.resumed_tokens = h->resumed;
-    if (h->ckpt_id && (why == ENG_FINISH_STOP || why == ENG_FINISH_LENGTH))
-        kv_ssd_remove(e->o.ssd, KV_SSD_CKPT, h->ckpt_id); /* done: a retry starts afresh */
+    if (h->ckpt_id) ckpt_finish(e, h, why);
     if (h->seq) {
         eng_seq_free(h->seq, e->rt->kv);
         h->seq = NULL;
@@ -845,6 +860,7 @@ static void *engine_main(void *arg)
         if (e->ssdw) eng_ssd_work(e->ssdw, idle); /* SSD: flush passes; write-behind when idle */
     }
     /* shutting down: everything still here is cancelled */
+    e->shutting_down = 1;
     while (e->n_running > 0) {
         eng_handle *h = e->running[e->n_running - 1];
         e->n_running--;
@@ -998,10 +1014,9 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     if (o->ssd) { /* SSD tier: spill-on-evict + RAM-miss loads in the pool, write-behind here */
         kiln_err werr;
         kv_ssd_attach(o->ssd, rt->kv);
-        if (o->ckpt_every > 0) {
-            int n = kv_ssd_expire(o->ssd, KV_SSD_CKPT, o->ckpt_max_age_s);
-            if (n) KLOG_INFO("engine", "removed stale generation checkpoints n=%d", n);
-        }
+        /* stale checkpoints go now and, on a long-running server, every minute */
+        int n = kv_ssd_set_ckpt_max_age(o->ssd, o->ckpt_max_age_s);
+        if (n) KLOG_INFO("engine", "removed stale generation checkpoints n=%d", n);
         if (eng_ssd_create(o->ssd, rt->kv, o->ssd_writebehind, &e->ssdw, &werr) != KILN_OK) {
             eng_engine_stop(e);
             return kiln_fail(err, werr.code, "%s", werr.msg);

@@ -106,7 +106,10 @@ typedef struct {
     struct kv_ssd *ssd;
     bool ssd_writebehind;     /* queue published blocks while idle (default true) */
     int32_t ckpt_every;       /* generation checkpoint every N tokens (needs ssd); 0 = off */
-    double ckpt_max_age_s;    /* checkpoints older than this are removed at start (default 1 day) */
+    double ckpt_max_age_s;    /* checkpoints older than this are removed, at start and then
+                                 every minute (default 1 day) */
+    double ckpt_cancel_keep_s; /* a client-cancelled request's checkpoint is removed this long
+                                  after (default 300 s; KILN_CKPT_CANCELLED_KEEP_S) */
 } eng_engine_opts;
 
 typedef struct {
