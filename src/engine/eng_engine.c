@@ -740,6 +740,40 @@ static int32_t engine_plan(eng_engine *e)
     return n;
 }
 
+/* A row with NaN logits (a model whose weights or activations overflowed):
+ * they are never drawn (eng_sample.c); one WARN per engine, counted in
+ * /stats. When nothing finite was left (tok < 0) the request ends with an
+ * error. Returns 1 when h was finished. Engine thread. */
+static int sample_degenerate(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample_out *so)
+{
+    if (so->n_nan) {
+        pthread_mutex_lock(&e->mu);
+        int first = e->stats.nan_logit_rows++ == 0;
+        pthread_mutex_unlock(&e->mu);
+        if (first)
+            KLOG_WARN("engine",
+                      "the model produced NaN logits (%d in this row): they are never sampled; "
+                      "counted in /stats engine.nan_logit_rows",
+                      (int)so->n_nan);
+    }
+    if (tok >= 0) return 0;
+    kiln_err err;
+    if (so->n_nan)
+        kiln_fail(&err, KILN_E_CORRUPT,
+                  "the model produced no finite logit (NaN or -inf for every token): its "
+                  "weights or activations are broken");
+    else
+        kiln_fail(&err, KILN_E_INVALID,
+                  "no token can be sampled: logit_bias and penalties leave every logit at -inf");
+    for (int32_t i = 0; i < e->n_running; i++)
+        if (e->running[i] == h) {
+            running_remove(e, i);
+            break;
+        }
+    req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+    return 1;
+}
+
 static void engine_step(eng_engine *e)
 {
     int32_t n;
@@ -768,6 +802,7 @@ static void engine_step(eng_engine *e)
         eng_sample_out so;
         int32_t tok = eng_sample_row(&h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens,
                                      &h->rng, e->rt->sample_scratch, &so);
+        if ((so.n_nan || tok < 0) && sample_degenerate(e, h, tok, &so)) continue; /* h is gone */
         int32_t at = -1;
         for (int32_t i = 0; i < e->n_running && at < 0; i++)
             if (e->running[i] == h) at = i;

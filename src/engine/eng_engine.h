@@ -125,6 +125,7 @@ typedef struct {
     int32_t leases;              /* execution leases held (eng_engine_lease_acquire) */
     bool ssd_on;              /* an SSD tier is attached; ssd holds its counters */
     uint64_t ckpt_saved, ckpt_resumed; /* generation checkpoints queued / requests resumed */
+    uint64_t nan_logit_rows;  /* logit rows with NaN entries (never sampled; eng_sample.c) */
     kv_ssd_stats ssd;
     char kv_format[128];         /* kv_format_describe of the pool's format */
     const char *isa, *matmul;    /* STATIC strings: kernel variant and matmul mode */

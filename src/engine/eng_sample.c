@@ -5,9 +5,24 @@
  * 30 nats of the best (the rest carry < 1e-13 of the mass each, < 2e-8 in all
  * for a 128k vocabulary), sorted by probability, ties by id. Everything is a
  * fixed sequence of operations over the row: no dependence on other rows.
+ *
+ * Numbers at their extremes (docs/engine.md, Sampling), so that no setting and
+ * no logit can give a NaN or an empty candidate set:
+ *   (1) after the processors, a NaN logit becomes -inf (never drawn; counted
+ *       in out->n_nan) and one above FLT_MAX (+inf: a bias or a penalty that
+ *       overflowed, or the model) becomes FLT_MAX: such tokens tie at the top;
+ *   (2) the best token is always a candidate (logit >= max - 30 holds for it
+ *       even when max - 30 rounds to max), so every filter keeps >= 1 token;
+ *   (3) the draw works on (lp_i - lp_0) / T in double: T down to the smallest
+ *       float keeps the best token at weight 1 and the rest at >= 0 (an
+ *       underflow to 0, never a NaN); a huge T gives equal weights;
+ *   (4) a row with no finite logit left (every token -inf or NaN) has no
+ *       token to draw: the sampler returns -1 (out->token = -1) and the caller
+ *       ends the request with an error.
  */
 #include "engine/eng_sample.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,11 +173,27 @@ int32_t eng_sample_row(const eng_sampling *sp, float *logits, int64_t vocab,
     for (int32_t i = 0; i < sp->n_bias; i++) logits[sp->logit_bias[i].token] += sp->logit_bias[i].bias;
     apply_penalties(sp, logits, history, n_history, vocab, ibuf);
 
-    /* log-softmax: max, then Σexp in index order */
-    int32_t best = 0;
-    for (int64_t i = 1; i < vocab; i++)
-        if (logits[i] > logits[best]) best = (int32_t)i;
+    /* invariant (1), folded into the max search; then log-softmax: Σexp in index order */
+    int32_t best = 0, n_nan = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+        float v = logits[i];
+        if (v != v) { /* NaN */
+            logits[i] = v = -INFINITY;
+            n_nan++;
+        } else if (v > FLT_MAX) {
+            logits[i] = v = FLT_MAX;
+        }
+        if (v > logits[best]) best = (int32_t)i;
+    }
     float mx = logits[best];
+    if (out) {
+        memset(out, 0, sizeof *out);
+        out->n_nan = n_nan;
+    }
+    if (mx == -INFINITY) { /* invariant (4): nothing can be drawn */
+        if (out) out->token = -1;
+        return -1;
+    }
     double sum = 0.0;
     for (int64_t i = 0; i < vocab; i++) sum += exp((double)(logits[i] - mx));
     float lse = mx + (float)log(sum);
@@ -231,7 +262,7 @@ int32_t eng_sample_row(const eng_sampling *sp, float *logits, int64_t vocab,
     }
     if (out) {
         out->token = tok;
-        out->logprob = logits[tok] - lse;
+        out->logprob = logits[tok] - lse; /* finite: logits[tok] >= mx - 30, lse >= mx */
         out->n_top = sp->top_logprobs < n ? sp->top_logprobs : n;
         for (int32_t i = 0; i < out->n_top; i++) {
             out->top_ids[i] = c[i].id;

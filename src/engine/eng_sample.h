@@ -14,6 +14,10 @@
  * processors and before filters and temperature.
  * The RNG lives in the sequence: the same seed and request give the same tokens
  * whatever else runs.
+ * Extremes: a NaN logit is never drawn, +inf ties at the top, any temperature
+ * > 0 and any filter keeps at least the best token; only a row where every
+ * logit is -inf or NaN has no token (eng_sample_row returns -1). See
+ * eng_sample.c and docs/engine.md, Sampling.
  */
 #ifndef KILN_ENG_SAMPLE_H
 #define KILN_ENG_SAMPLE_H
@@ -51,7 +55,8 @@ typedef struct {
 } eng_rng;
 
 typedef struct {
-    int32_t token;
+    int32_t token; /* -1: no token (every logit -inf or NaN) */
+    int32_t n_nan; /* logits of the row that were NaN (treated as -inf) */
     float logprob;
     int32_t n_top;
     int32_t top_ids[ENG_MAX_TOP_LOGPROBS];
@@ -65,9 +70,11 @@ kiln_code eng_sampling_validate(const eng_sampling *sp, int64_t vocab, kiln_err 
 void eng_rng_seed(eng_rng *r, uint64_t seed);
 double eng_rng_uniform(eng_rng *r); /* [0, 1) */
 size_t eng_sample_scratch_bytes(int64_t vocab);
-/* Samples one token. `logits` [vocab] is modified in place (processors applied).
- * history: the sequence's tokens so far (prompt + generated). scratch: at least
- * eng_sample_scratch_bytes(vocab), 64-byte aligned. out may be NULL. */
+/* Samples one token. `logits` [vocab] is modified in place (processors applied,
+ * NaN -> -inf, +inf -> FLT_MAX). history: the sequence's tokens so far (prompt +
+ * generated). scratch: at least eng_sample_scratch_bytes(vocab), 64-byte
+ * aligned. out may be NULL. Returns a token id, or -1 when no logit is finite
+ * after the processors (a broken model, or a bias of -inf on every token). */
 int32_t eng_sample_row(const eng_sampling *sp, float *logits, int64_t vocab,
                        const int32_t *history, int64_t n_history, eng_rng *rng, void *scratch,
                        eng_sample_out *out);

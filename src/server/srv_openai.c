@@ -10,6 +10,7 @@
 #include "server/srv_openai.h"
 #include "server/srv_toolreq.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,8 +329,11 @@ static kiln_code parse_sampling(const json_t *root, srv_request *r, char *param,
     } while (0)
     NUM("temperature", 0, 2, r->sp.temperature, SRV_SET_TEMPERATURE);
     NUM("top_p", 0, 1, r->sp.top_p, SRV_SET_TOP_P);
-    if ((r->set & SRV_SET_TOP_P) && r->sp.top_p <= 0)
+    if ((r->set & SRV_SET_TOP_P) && !(d > 0))
         return bad(err, param, "top_p", "'%s' must be in (0, 1]%s", "");
+    /* a valid top_p below float's range (1e-300) keeps the top token, as FLT_MIN does;
+     * temperature and min_p that small round to 0: greedy / off, their limits */
+    if ((r->set & SRV_SET_TOP_P) && r->sp.top_p < FLT_MIN) r->sp.top_p = FLT_MIN;
     NUM("min_p", 0, 1, r->sp.min_p, SRV_SET_MIN_P);
     NUM("repetition_penalty", 1e-3, 100, r->sp.repetition_penalty, SRV_SET_REP);
     NUM("presence_penalty", -2, 2, r->sp.presence_penalty, 0);

@@ -126,6 +126,8 @@ int srv_route_stats(srv_server *s, json_t **body)
         json_object_set_new(ej, "leases", json_integer(st.leases));
         json_object_set_new(ej, "isa", json_string(st.isa ? st.isa : ""));
         json_object_set_new(ej, "matmul", json_string(st.matmul ? st.matmul : ""));
+        /* rows of logits with NaN entries (never sampled, docs/engine.md Sampling) */
+        json_object_set_new(ej, "nan_logit_rows", json_integer((json_int_t)st.nan_logit_rows));
     }
     json_t *adm = j ? admission_json(s, &st) : NULL;
     if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */
