@@ -160,29 +160,36 @@ static void handle_unref(eng_handle *h)
 
 /* Queues an event (takes ownership of ev->text). Never fails: when memory for
  * the ring runs out the event's text is dropped and an ERROR replaces a DONE. */
-static void handle_push(eng_handle *h, eng_event *ev)
+/* Queues ev for the client. Invariant: after every push a slot is free, so
+ * the one terminal event (DONE or ERROR, which allocates nothing more) always
+ * fits; a token event that would take the last slot when the queue cannot
+ * grow is refused (-1, ev->text freed) and the caller ends the request with
+ * an error: the client sees an error, never a gap in the text. */
+static int handle_push(eng_handle *h, eng_event *ev)
 {
     pthread_mutex_lock(&h->mu);
-    if (h->ev_count == h->ev_cap) {
-        size_t nc = h->ev_cap ? h->ev_cap * 2 : 16;
+    KILN_ASSERT(h->ev_count < h->ev_cap); /* the invariant: eng_submit allocates the ring */
+    if (ev->kind == ENG_EV_TOKEN && h->ev_count + 1 == h->ev_cap) {
+        size_t nc = h->ev_cap * 2;
         eng_event *nq = malloc(nc * sizeof *nq);
-        if (nq) {
-            for (size_t i = 0; i < h->ev_count; i++) nq[i] = h->evq[(h->ev_head + i) % h->ev_cap];
-            free(h->evq);
-            h->evq = nq;
-            h->ev_head = 0;
-            h->ev_cap = nc;
+        if (!nq) {
+            pthread_mutex_unlock(&h->mu);
+            free(ev->text);
+            ev->text = NULL;
+            return -1;
         }
+        for (size_t i = 0; i < h->ev_count; i++) nq[i] = h->evq[(h->ev_head + i) % h->ev_cap];
+        free(h->evq);
+        h->evq = nq;
+        h->ev_head = 0;
+        h->ev_cap = nc;
     }
-    if (h->ev_count < h->ev_cap) {
-        h->evq[(h->ev_head + h->ev_count) % h->ev_cap] = *ev;
-        h->ev_count++;
-    } else {
-        free(ev->text); /* out of memory: the client sees a gap, never a crash */
-    }
+    h->evq[(h->ev_head + h->ev_count) % h->ev_cap] = *ev;
+    h->ev_count++;
     if (ev->kind != ENG_EV_TOKEN) h->ended = 1;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
+    return 0;
 }
 
 int eng_handle_next(eng_handle *h, eng_event *ev, int timeout_ms)
@@ -320,6 +327,12 @@ kiln_code eng_submit(eng_engine *e, const eng_params *p, eng_handle **out, kiln_
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     h->refs = 2; /* (1) client + engine */
+    h->ev_cap = 16; /* the event ring exists from the start: the terminal event always fits */
+    h->evq = malloc(h->ev_cap * sizeof *h->evq);
+    if (!h->evq) {
+        handle_free(h);
+        return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+    }
     if ((rc = copy_params(h, p, err))) {
         handle_free(h);
         return rc;
@@ -404,11 +417,14 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
         ev.kind = ENG_EV_DONE;
         if (why != ENG_FINISH_STOP || !stop_matched) {
             /* no stop string matched: what was held back is text after all */
-            if (h->ts) {
+            int oom = 0;
+            if (h->ts && why != ENG_FINISH_CANCELLED) {
                 const char *t;
                 size_t n;
-                if (tok_stream_flush(h->ts, &t, &n, NULL) == KILN_OK && n) {
+                oom = tok_stream_flush(h->ts, &t, &n, NULL) != KILN_OK;
+                if (!oom && n) {
                     char *nb = realloc(h->hold, h->hold_len + n + 1);
+                    oom = !nb;
                     if (nb) {
                         h->hold = nb;
                         memcpy(h->hold + h->hold_len, t, n);
@@ -416,10 +432,16 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
                     }
                 }
             }
-            if (h->hold_len && why != ENG_FINISH_CANCELLED) {
+            if (!oom && h->hold_len && why != ENG_FINISH_CANCELLED) {
                 ev.text_len = h->hold_len;
                 ev.text = hold_take(h, h->hold_len);
-                if (!ev.text) ev.text_len = 0;
+                oom = !ev.text;
+            }
+            if (oom) { /* the end of the text is lost: say so instead of ending short */
+                ev.kind = ENG_EV_ERROR;
+                ev.text_len = 0;
+                kiln_fail(&ev.err, KILN_E_NOMEM, "out of memory while finishing the output");
+                why = ENG_FINISH_ERROR;
             }
         }
     }
@@ -446,8 +468,8 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     e->stats.cached_tokens += (uint64_t)h->cached_tokens;
     e->stats.kv = kv_pool_get_stats(e->rt->kv); /* blocks freed above: visible at DONE */
     pthread_mutex_unlock(&e->mu);
-    handle_push(h, &ev);
-    handle_unref(h); /* (1) the engine's reference */
+    (void)handle_push(h, &ev); /* a terminal event always fits (handle_push's invariant) */
+    handle_unref(h);           /* (1) the engine's reference */
 }
 
 /* ---------------------------------------------------------------- stop strings */
@@ -489,6 +511,16 @@ static long stop_find(const eng_handle *h, const char *s, size_t n, int *which)
 
 static void ckpt_save(eng_engine *e, eng_handle *h);
 
+/* A token's text could not be handed over (out of memory): the request ends
+ * with an error rather than a reply with a gap. Returns 1 (h is gone). */
+static int token_oom(eng_engine *e, eng_handle *h)
+{
+    kiln_err err;
+    kiln_fail(&err, KILN_E_NOMEM, "out of memory while streaming the output");
+    req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+    return 1;
+}
+
 /* A sampled token: decode, match stops, emit. Returns 1 when the request ended. */
 static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample_out *so)
 {
@@ -500,7 +532,12 @@ static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample
     }
     const char *piece = NULL;
     size_t plen = 0;
-    if (tok_stream_push(h->ts, tok, &piece, &plen, &err) != KILN_OK) plen = 0;
+    kiln_code trc = tok_stream_push(h->ts, tok, &piece, &plen, &err);
+    if (trc == KILN_E_NOMEM) {
+        req_finish(e, h, ENG_FINISH_ERROR, NULL, &err); /* a token without its text: an error */
+        return 1;
+    }
+    if (trc) plen = 0; /* an id past the tokenizer (the model's padding rows): no text */
     if (plen) {
         if (h->hold_len + plen + 1 > h->hold_cap) {
             size_t nc = (h->hold_len + plen + 1) * 2;
@@ -526,16 +563,15 @@ static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample
     if (at >= 0) {
         ev.text_len = (size_t)at;
         ev.text = hold_take(h, (size_t)at);
+        if (!ev.text || handle_push(h, &ev)) return token_oom(e, h);
         h->hold_len = 0;
-        handle_push(h, &ev);
         req_finish(e, h, ENG_FINISH_STOP, h->p.stop[which], NULL);
         return 1;
     }
     size_t keep = h->p.n_stop ? stop_holdback(h, h->hold, h->hold_len) : 0;
     ev.text_len = h->hold_len - keep;
     ev.text = hold_take(h, ev.text_len);
-    if (!ev.text) ev.text_len = 0;
-    handle_push(h, &ev);
+    if (!ev.text || handle_push(h, &ev)) return token_oom(e, h);
     if (h->n_generated >= h->p.max_tokens || h->seq->n_tokens + 1 > e->rt->o.ctx) {
         req_finish(e, h, ENG_FINISH_LENGTH, NULL, NULL);
         return 1;
@@ -623,7 +659,11 @@ static void engine_admit(eng_engine *e)
              * (SentencePiece strips the leading space of a text's first token) */
             const char *t;
             size_t n;
-            tok_stream_push(h->ts, h->prompt[h->p.n_prompt - 1], &t, &n, NULL);
+            if (tok_stream_push(h->ts, h->prompt[h->p.n_prompt - 1], &t, &n, &err) ==
+                KILN_E_NOMEM) {
+                req_finish(e, h, ENG_FINISH_ERROR, NULL, &err); /* else its text would leak out */
+                continue;
+            }
             if (e->o.ckpt_every > 0 && ckpt_resume(e, h)) continue; /* ended in the replay */
         }
         int32_t hit = eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);

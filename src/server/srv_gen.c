@@ -64,6 +64,8 @@ struct srv_gen {
     srv_resp *resp;         /* OWNED: the Responses API output (api SRV_API_RESPONSES) */
     bool registered;        /* on s->active */
     bool timed_out;         /* cfg.timeout_s passed: every choice was cancelled */
+    bool broken;            /* streaming: a frame could not be built (out of memory): the
+                               stream ends with an error frame instead of going on with a hole */
     double t_start, t_first, t_last;
     int64_t n_tokens;       /* tokens seen over all choices */
     srv_gen *prev, *next;   /* s->active, under s->mu */
@@ -665,7 +667,7 @@ static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
     for (int i = 0; i < g->r.n; i++) {
         eng_event ev;
         while (!g->c[i].done && eng_handle_next(g->c[i].h, &ev, 0) == 0) {
-            choice_event(g, i, &ev, out);
+            if (choice_event(g, i, &ev, out) && out) g->broken = true;
             eng_event_clear(&ev);
             got++;
         }
@@ -676,7 +678,7 @@ static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
         if (g->c[i].done) continue;
         eng_event ev;
         if (eng_handle_next(g->c[i].h, &ev, wait) == 0) {
-            choice_event(g, i, &ev, out);
+            if (choice_event(g, i, &ev, out) && out) g->broken = true;
             eng_event_clear(&ev);
             got++;
         }
@@ -851,14 +853,43 @@ static int stream_start(srv_gen *g, srv_buf *out)
     return rc;
 }
 
+/* A frame could not be built (out of memory): the client gets an error frame
+ * made of static text (nothing to allocate but the frame's bytes) and the
+ * end of the stream, never a reply with a hole; what still runs is cancelled. */
+static int stream_broken(srv_gen *g, srv_buf *out)
+{
+    static const char chat[] =
+        "data: {\"error\":{\"message\":\"out of memory while streaming the reply\","
+        "\"type\":\"server_error\",\"param\":null,\"code\":\"out_of_memory\"}}\n\n"
+        "data: [DONE]\n\n";
+    static const char anthropic[] =
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+        "\"message\":\"out of memory while streaming the reply\"}}\n\n";
+    static const char responses[] =
+        "event: error\ndata: {\"type\":\"error\",\"code\":\"out_of_memory\","
+        "\"message\":\"out of memory while streaming the reply\",\"param\":null}\n\n";
+    for (int i = 0; i < g->r.n; i++)
+        if (g->c[i].h && !g->c[i].done) eng_handle_cancel(g->c[i].h);
+    const char *f = g->r.api == SRV_API_ANTHROPIC   ? anthropic
+                    : g->r.api == SRV_API_RESPONSES ? responses
+                                                    : chat;
+    KLOG_WARN("srv", "req=%s out of memory while streaming: the stream ends with an error",
+              g->meta.id);
+    (void)srv_buf_adds(out, f); /* when even this fails, the connection just ends */
+    g->finished = true;
+    return 1;
+}
+
 int srv_gen_stream(srv_gen *g, srv_buf *out, int timeout_ms)
 {
     if (g->finished) return 1;
     if (!g->started) {
-        stream_start(g, out);
+        if (stream_start(g, out)) g->broken = true;
+        if (g->broken) return stream_broken(g, out);
         if (out->len) return 0;
     }
     pump(g, out, timeout_ms);
+    if (g->broken) return stream_broken(g, out);
     if (g->n_done < g->r.n) return 0;
     if (g->r.api == SRV_API_RESPONSES) {
         if (!g->c[0].errored) json_decref(finish_responses(g, out));
@@ -873,10 +904,11 @@ int srv_gen_stream(srv_gen *g, srv_buf *out, int timeout_ms)
     }
     if (g->r.include_usage) {
         json_t *u = srv_reply_usage_chunk(&g->meta, usage(g));
-        if (u) srv_sse_data(out, u);
+        int bad = !u || srv_sse_data(out, u);
         json_decref(u);
+        if (bad) return stream_broken(g, out);
     }
-    srv_sse_done(out);
+    if (srv_sse_done(out)) return stream_broken(g, out);
     g->finished = true;
     log_done(g);
     return 1;

@@ -59,10 +59,24 @@ json_t *srv_json_text(const char *s, size_t len)
     return j;
 }
 
+/* Two passes of json_dumpb instead of json_dumps: jansson's dump ignores a
+ * failed write of an object key into its growing buffer (dump.c, the unsorted
+ * object branch), so under memory pressure json_dumps can return JSON with a
+ * key missing. Writing into a buffer sized by a first pass never fails; the
+ * only allocations left (cycle detection) report their failure. */
 char *srv_json_dump(const json_t *j, size_t *len)
 {
-    char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (len) *len = s ? strlen(s) : 0;
+    const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY;
+    if (len) *len = 0;
+    size_t n = j ? json_dumpb(j, NULL, 0, flags) : 0;
+    char *s = n ? malloc(n + 1) : NULL;
+    if (!s) return NULL;
+    if (json_dumpb(j, s, n, flags) != n) {
+        free(s);
+        return NULL;
+    }
+    s[n] = 0;
+    if (len) *len = n;
     return s;
 }
 

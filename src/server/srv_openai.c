@@ -179,12 +179,18 @@ static kiln_code parse_messages(const json_t *root, srv_request *r, char *param,
         json_t *content = norm_content(json_object_get(msg, "content"), rs, param, err);
         if (!content) return err->code;
         json_t *copy = json_copy(msg); /* keeps tool_calls, name, tool_call_id, ... */
+        /* jansson's copy skips a key it cannot allocate: a short copy is out of memory */
+        if (copy && json_object_size(copy) != json_object_size(msg)) {
+            json_decref(copy);
+            copy = NULL;
+        }
         if (!copy || json_array_append_new(r->messages, copy)) {
             json_decref(content);
             return kiln_fail(err, KILN_E_NOMEM, "out of memory");
         }
-        json_object_set_new(copy, "content", content);
-        if (!strcmp(rs, "developer")) json_object_set_new(copy, "role", json_string("system"));
+        if (json_object_set_new(copy, "content", content) ||
+            (!strcmp(rs, "developer") && json_object_set_new(copy, "role", json_string("system"))))
+            return kiln_fail(err, KILN_E_NOMEM, "out of memory");
     }
     return srv_parse_tools(root, r, param, err);
 }

@@ -34,9 +34,13 @@ json_t *srv_reply_chunk(const srv_reply_meta *m, int index, json_t *delta, const
                         json_t *logprobs)
 {
     int chat = m->api == SRV_API_CHAT;
+    if (!delta) { /* it could not be built (out of memory): no chunk, never an empty one */
+        json_decref(logprobs);
+        return NULL;
+    }
     json_t *o = base(m, chat ? "chat.completion.chunk" : "text_completion");
     json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, chat ? "delta" : "text",
-                               delta ? delta : json_string(""), "logprobs", opt(logprobs),
+                               delta, "logprobs", opt(logprobs),
                                "finish_reason", finish ? json_string(finish) : json_null());
     if (!o || !choice || json_object_set_new(o, "choices", json_pack("[o]", choice))) {
         json_decref(o);

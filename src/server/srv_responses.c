@@ -212,7 +212,7 @@ kiln_code srv_parse_responses(srv_rstore *store, const char *body, size_t len, s
     char prev_id[64] = "";
     if (json_is_string(prev)) snprintf(prev_id, sizeof prev_id, "%s", json_string_value(prev));
     json_decref(in);
-    char *text = rc ? NULL : json_dumps(oa, JSON_COMPACT);
+    char *text = rc ? NULL : srv_json_dump(oa, NULL);
     json_decref(oa);
     if (rc) return rc;
     if (!text) return kiln_fail(err, KILN_E_NOMEM, "out of memory");

@@ -15,6 +15,7 @@
  * Errors: only out of memory; bad markup is content, never an error.
  */
 #include "server/srv_toolcall.h"
+#include "server/srv_json.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,7 @@ static int add_call(srv_tc *p, const char *name, size_t nlen, json_t *args /* st
         p->calls = nc;
         p->cap_calls = cap;
     }
-    tc_call c = {strndup(name, nlen), json_dumps(args, JSON_COMPACT)};
+    tc_call c = {strndup(name, nlen), srv_json_dump(args, NULL)};
     if (!c.name || !c.args) {
         free(c.name);
         free(c.args);
