@@ -17,6 +17,7 @@
  * Threads: a gen belongs to its connection's thread; s->mu guards s->active.
  */
 #include "server/srv_int.h"
+#include "util/kiln_json.h"
 #include "server/srv_reasoning.h"
 #include "server/srv_responses.h"
 #include "server/srv_reply.h"
@@ -366,7 +367,12 @@ int srv_gen_start(srv_server *s, srv_request *r, srv_gen **out, srv_error *e)
         *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory");
         goto fail;
     }
+    uint64_t f0 = kiln_json_failures(); /* rendering may meet a failure jansson hides */
     if (build_prompt(g, &ids, &n, e)) goto fail;
+    if (kiln_json_failures() != f0) {
+        *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory rendering the prompt");
+        goto fail;
+    }
     g->n_prompt = n;
     if (n >= s->cfg.ctx) {
         context_error(s, n, g->r.api != SRV_API_COMPLETION ? "messages" : "prompt", e);
@@ -667,7 +673,7 @@ static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
     for (int i = 0; i < g->r.n; i++) {
         eng_event ev;
         while (!g->c[i].done && eng_handle_next(g->c[i].h, &ev, 0) == 0) {
-            if (choice_event(g, i, &ev, out) && out) g->broken = true;
+            if (choice_event(g, i, &ev, out)) g->broken = true;
             eng_event_clear(&ev);
             got++;
         }
@@ -678,7 +684,7 @@ static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
         if (g->c[i].done) continue;
         eng_event ev;
         if (eng_handle_next(g->c[i].h, &ev, wait) == 0) {
-            if (choice_event(g, i, &ev, out) && out) g->broken = true;
+            if (choice_event(g, i, &ev, out)) g->broken = true;
             eng_event_clear(&ev);
             got++;
         }
@@ -744,7 +750,23 @@ static json_t *finish_responses(srv_gen *g, srv_buf *out)
 
 /* ---------------------------------------------------------------- API */
 
+static json_t *collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e);
+
+/* A reply built while an allocation failed (ours: g->broken; jansson's, which
+ * it may carry on after: kiln_json_failures) is never sent: 500 out of memory. */
 json_t *srv_gen_collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e)
+{
+    uint64_t f0 = kiln_json_failures();
+    json_t *r = collect(g, alive, ctx, e);
+    if (r && (g->broken || kiln_json_failures() != f0)) {
+        json_decref(r);
+        *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory building the response");
+        return NULL;
+    }
+    return r;
+}
+
+static json_t *collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e)
 {
     while (g->n_done < g->r.n) {
         pump(g, NULL, 200);
@@ -880,7 +902,25 @@ static int stream_broken(srv_gen *g, srv_buf *out)
     return 1;
 }
 
+static int stream(srv_gen *g, srv_buf *out, int timeout_ms);
+
+/* Frames built while jansson met a failed allocation are taken back (it may
+ * have carried on and left a member out): the stream ends with the error frame. */
 int srv_gen_stream(srv_gen *g, srv_buf *out, int timeout_ms)
+{
+    uint64_t f0 = kiln_json_failures();
+    size_t at = out->len;
+    int r = stream(g, out, timeout_ms);
+    if (kiln_json_failures() != f0) {
+        out->len = at;
+        if (out->p) out->p[at] = 0;
+        g->finished = false;
+        return stream_broken(g, out);
+    }
+    return r;
+}
+
+static int stream(srv_gen *g, srv_buf *out, int timeout_ms)
 {
     if (g->finished) return 1;
     if (!g->started) {

@@ -3,6 +3,7 @@
  * Threads: no shared state.
  */
 #include "server/srv_json.h"
+#include "util/kiln_json.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,7 +96,13 @@ size_t srv_utf8_valid_prefix(const char *s, size_t len)
 kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err)
 {
     json_error_t je;
+    uint64_t f0 = kiln_json_failures(); /* jansson may carry on after a failed allocation */
     *out = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (kiln_json_failures() != f0) {
+        json_decref(*out);
+        *out = NULL;
+        return kiln_fail(err, KILN_E_NOMEM, "out of memory reading the request");
+    }
     if (!*out)
         return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", je.line,
                          je.column, je.text);

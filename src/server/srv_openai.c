@@ -8,6 +8,7 @@
  * Threads: no shared state; any HTTP thread.
  */
 #include "server/srv_openai.h"
+#include "util/kiln_json.h"
 #include "server/srv_toolreq.h"
 
 #include <float.h>
@@ -432,7 +433,12 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
     out->add_generation_prompt = true;
     out->parallel_tool_calls = true;
     json_error_t jerr;
+    uint64_t f0 = kiln_json_failures(); /* jansson may carry on after a failed allocation */
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (kiln_json_failures() != f0) {
+        json_decref(root);
+        return kiln_fail(err, KILN_E_NOMEM, "out of memory reading the request");
+    }
     if (!root)
         return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", jerr.line,
                          jerr.column, jerr.text);
@@ -448,6 +454,8 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
     if ((rc = parse_options(root, out, param, err))) goto done;
     if ((rc = parse_sampling(root, out, param, err))) goto done;
     rc = parse_thinking(root, out, param, err);
+    if (!rc && kiln_json_failures() != f0) /* a copy or a set that jansson let fail */
+        rc = kiln_fail(err, KILN_E_NOMEM, "out of memory reading the request");
 done:
     json_decref(root);
     if (rc) srv_request_free(out);

@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <execinfo.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -125,12 +124,3 @@ void *__wrap_aligned_alloc(size_t a, size_t n)
     return fail_now() ? NULL : __real_aligned_alloc(a, n);
 }
 
-static void *json_alloc(size_t n)
-{
-    return __wrap_malloc(n);
-}
-
-void failalloc_jansson(void)
-{
-    json_set_alloc_funcs(json_alloc, free);
-}

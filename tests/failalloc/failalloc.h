@@ -3,9 +3,10 @@
  * a test executable linked with
  *   -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup,
  *   --wrap=posix_memalign,--wrap=aligned_alloc
- * (CMake: kiln_failalloc_test()) sends every allocation made by kiln's own
- * code (the static kiln_core objects, and jansson through
- * json_set_alloc_funcs) through a counter, so that the N-th one can fail:
+ * (CMakeLists.txt, tests/failalloc/test_*.c) sends every allocation made by
+ * kiln's own code through a counter — the static kiln_core objects, and
+ * jansson's once kiln_json_init() (util/kiln_json.h) routes them through
+ * kiln — so that the N-th one can fail:
  *
  *   KILN_FAIL_ALLOC_AT=N ./test      the N-th allocation of the process fails
  *   failalloc_arm(n);  ...           the n-th allocation from now fails (once)
@@ -26,7 +27,5 @@ void failalloc_arm(uint64_t n);      /* 0 disarms */
 int failalloc_armed(void);           /* 1 until the armed failure has happened */
 uint64_t failalloc_count(void);      /* wrapped allocations since the start */
 uint64_t failalloc_failures(void);   /* injected failures since the start */
-/* Routes jansson's allocations through the counter (call before any json_*). */
-void failalloc_jansson(void);
 
 #endif

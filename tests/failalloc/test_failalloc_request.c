@@ -3,7 +3,8 @@
  *
  * An in-process kiln server (stories260K with a small chat template, the
  * hermes tool-call parser, 2 compute threads) on 127.0.0.1 gets a streaming
- * chat request with tools, logprobs and a stop string: JSON parse → template
+ * chat request with tools, logprobs and a stop string, then a non-streaming
+ * one (developer role, content parts, top logprobs): JSON parse → template
  * render → tokenize → engine (admission, steps, sampling, detokenize, stop
  * strings) → tool-call parsing → SSE reply. failalloc.h makes the N-th
  * allocation of kiln's code (and jansson's) fail:
@@ -15,8 +16,10 @@
  *      status line; 200 with [DONE] or an error event, or 4xx/5xx with an
  *      error object), or close the connection when it could not even build
  *      one (counted and printed, and allowed only there), within 30 s;
- *      then a plain request must give 200 and the baseline text (nothing
- *      broken, no KV block or request slot lost);
+ *      a 200 must be the whole reply (stream: content, tool calls and finish
+ *      reason as the reference's; full: the JSON equal to the reference's but
+ *      for id, created and cached tokens); then a plain request must give
+ *      200 and the baseline text (nothing broken, no KV block or slot lost);
  *   3. at the end /stats shows nothing running and no KV block in use, and
  *      the sanitizer build's LeakSanitizer reports no leak at exit.
  * Linux only (GNU ld's --wrap); CMake adds it where that links.
@@ -27,6 +30,7 @@
 #include "server/srv.h"
 #include "test.h"
 #include "tokenizer/tok.h"
+#include "util/kiln_json.h"
 #include "util/kiln_log.h"
 
 #include <arpa/inet.h>
@@ -54,6 +58,14 @@ static const char REQ_INJECT[] =
     "\"stream_options\":{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":2,"
     "\"stop\":[\"zzz\"],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
     "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]}";
+
+static const char REQ_FULL[] =
+    "{\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"Be \"},"
+    "{\"type\":\"text\",\"text\":\"brief.\"}]},"
+    "{\"role\":\"user\",\"content\":\"Once upon a time there was a dog\"}],"
+    "\"max_tokens\":6,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3,"
+    "\"stop\":[\"zzz\",\"qqq\"],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}}}}}]}";
 
 static const char REQ_PLAIN[] =
     "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time there was a cat\"}],"
@@ -264,37 +276,52 @@ static void sse_summary(char *out, size_t cap)
     }
 }
 
+/* A non-streaming reply as canonical JSON (sorted keys) without what changes
+ * from run to run (id, created, cached token counts). */
+static void full_summary(char *out, size_t cap)
+{
+    const char *b = strstr(resp, "\r\n\r\n");
+    json_t *j = b ? json_loads(b + 4, 0, NULL) : NULL;
+    json_object_del(j, "id");
+    json_object_del(j, "created");
+    json_object_del(json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"),
+                    "cached_tokens");
+    char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    snprintf(out, cap, "%s", t ? t : "");
+    free(t);
+    json_decref(j);
+}
+
 /* A clean reply to the injected request (see the file comment). */
 static const char *judge(int status)
 {
     if (status == -2) return "no end within 30 s";
     if (status == -1) return "no connection";
     if (status == 0) return NULL; /* closed: judged by the caller */
-    if (status == 200)
+    if (status == 200 && strstr(resp, "text/event-stream"))
         return strstr(resp, "data: [DONE]") || strstr(resp, "\"error\"") ? NULL
                                                                           : "200 without an end";
+    if (status == 200) return NULL; /* compared with the reference by the caller */
     if (status >= 400 && status < 600)
         return strstr(resp, "\"error\"") ? NULL : "error status without an error object";
     return "unexpected status";
 }
 
-static void test_every_allocation_of_a_request_may_fail(void)
+/* Sweeps the allocations of one request (stream: SSE, else one JSON reply). */
+static void sweep(int port, const char *req, int stream, const char *base)
 {
-    if (make_model_dir() != 0) TEST_SKIP("no %s", STORIES);
-    server s;
-    ASSERT_TRUE(start(&s) == 0);
-    int port = srv_port(s.srv);
-    char base[4096], text[4096];
-    ASSERT_EQ_I64(http(port, "POST", "/v1/chat/completions", REQ_PLAIN), 200);
-    ASSERT_TRUE(reply_text(base, sizeof base) == 0);
+    static char want[16384], got[16384], text[4096];
     /* 1. the request's allocations (twice: the first warms lazily built state) */
-    ASSERT_EQ_I64(http(port, "POST", "/v1/chat/completions", REQ_INJECT), 200);
+    ASSERT_EQ_I64(http(port, "POST", "/v1/chat/completions", req), 200);
     uint64_t c0 = failalloc_count();
-    ASSERT_EQ_I64(http(port, "POST", "/v1/chat/completions", REQ_INJECT), 200);
-    ASSERT_TRUE(strstr(resp, "data: [DONE]") != NULL);
+    ASSERT_EQ_I64(http(port, "POST", "/v1/chat/completions", req), 200);
     uint64_t total = failalloc_count() - c0;
-    static char want[8192], got[8192];
-    sse_summary(want, sizeof want);
+    if (stream) {
+        ASSERT_TRUE(strstr(resp, "data: [DONE]") != NULL);
+        sse_summary(want, sizeof want);
+    } else {
+        full_summary(want, sizeof want);
+    }
     ASSERT_TRUE(strlen(want) > 4);
     ASSERT_TRUE(total > 50);
     /* 2. the sweep */
@@ -310,7 +337,7 @@ static void test_every_allocation_of_a_request_may_fail(void)
         if (only && *only && at != strtoull(only, NULL, 10)) continue;
         uint64_t f0 = failalloc_failures();
         failalloc_arm(at);
-        int st = http(port, "POST", "/v1/chat/completions", REQ_INJECT);
+        int st = http(port, "POST", "/v1/chat/completions", req);
         failalloc_arm(0);
         int injected = failalloc_failures() > f0;
         const char *why = judge(st);
@@ -321,8 +348,11 @@ static void test_every_allocation_of_a_request_may_fail(void)
         }
         if (st != 200 || strstr(resp, "\"error\"")) {
             n_failed_replies++;
-        } else if (!why) { /* a 200 without an error event must be the whole reply */
-            sse_summary(got, sizeof got);
+        } else if (!why) { /* a 200 without an error must be the whole reply */
+            if (stream)
+                sse_summary(got, sizeof got);
+            else
+                full_summary(got, sizeof got);
             if (strcmp(got, want)) why = "a 200 reply that differs from the reference";
         }
         if (why) {
@@ -340,10 +370,24 @@ static void test_every_allocation_of_a_request_may_fail(void)
         }
     }
     fprintf(stderr,
-            "  %" PRIu64 " allocations per request; %d runs (stride %" PRIu64 "), %d error replies, "
-            "%d closed without a reply, %.1f s\n",
-            total, n_runs, stride, n_failed_replies, n_closed, now_s() - t0);
+            "  %s: %" PRIu64 " allocations per request; %d runs (stride %" PRIu64 "), %d error "
+            "replies, %d closed without a reply, %.1f s\n",
+            stream ? "stream" : "full", total, n_runs, stride, n_failed_replies, n_closed,
+            now_s() - t0);
     ASSERT_TRUE(!bad);
+}
+
+static void test_every_allocation_of_a_request_may_fail(void)
+{
+    if (make_model_dir() != 0) TEST_SKIP("no %s", STORIES);
+    server s;
+    ASSERT_TRUE(start(&s) == 0);
+    int port = srv_port(s.srv);
+    char base[4096];
+    ASSERT_EQ_I64(http(port, "POST", "/v1/chat/completions", REQ_PLAIN), 200);
+    ASSERT_TRUE(reply_text(base, sizeof base) == 0);
+    sweep(port, REQ_INJECT, 1, base);
+    sweep(port, REQ_FULL, 0, base);
     /* 3. nothing left behind in the engine */
     ASSERT_EQ_I64(http(port, "GET", "/stats", NULL), 200);
     const char *b = strstr(resp, "\r\n\r\n");
@@ -358,7 +402,7 @@ static void test_every_allocation_of_a_request_may_fail(void)
 
 int main(void)
 {
-    failalloc_jansson();
+    kiln_json_init(); /* as main() does: jansson's allocations through kiln (and --wrap) */
     kiln_log_set_level(KLOG_ERROR); /* each injected failure would log a line */
     RUN(test_every_allocation_of_a_request_may_fail);
     return TEST_DONE();
