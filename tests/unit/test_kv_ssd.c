@@ -3,7 +3,7 @@
  * (flipped byte, truncation, wrong model, wrong version) quarantined, entries
  * of another KV format / adapter set / block size skipped and kept, the size
  * cap's LRU eviction, the directory lock, the bounded queue, write failures;
- * strange names (FIFO, socket, symlinks in and out of the folder, a directory,
+ * strange names (FIFO, socket, device, symlinks in and out of the folder, a directory,
  * a symlinked lock or quarantine) never block, redirect or get served; a full
  * disk pauses writing and writing resumes; checkpoint expiry on the writer
  * thread; checkpoint bytes under the size cap; a replaced checkpoint's older
@@ -16,6 +16,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <sys/sysmacros.h> /* makedev (macOS: sys/types.h) */
+#endif
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
@@ -573,6 +576,9 @@ static void test_strange_names_never_block_or_get_served(void)
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", p);
     int bound = strlen(p) < sizeof sa.sun_path && bind(sk, (struct sockaddr *)&sa, sizeof sa) == 0;
     close(sk);
+    /* a character device (as root only: mknod needs it), like /dev/null */
+    path_of(p, sizeof p, dir, 0x44);
+    int dev = mknod(p, S_IFCHR | 0600, makedev(1, 3)) == 0;
     /* a stale temp name that is a symlink to a file outside: removed as a link */
     snprintf(p, sizeof p, "%s/.tmp-0000000000000001.kv", dir);
     ASSERT_TRUE(symlink(tgt, p) == 0);
@@ -584,7 +590,7 @@ static void test_strange_names_never_block_or_get_served(void)
     ASSERT_TRUE(s != NULL);
     kv_ssd_stats st = kv_ssd_get_stats(s);
     ASSERT_EQ_U64(st.entries, 2);
-    ASSERT_EQ_U64(st.strange, 6 + (uint64_t)bound);
+    ASSERT_EQ_U64(st.strange, 6 + (uint64_t)bound + (uint64_t)dev);
     ASSERT_EQ_U64(st.quarantined, 0);
     uint8_t r[BLK];
     ASSERT_CODE(kv_ssd_get(s, KV_SSD_BLOCK, 3, r, BLK, &err), KILN_E_NOT_FOUND);
