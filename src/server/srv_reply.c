@@ -43,6 +43,7 @@ json_t *srv_reply_chunk(const srv_reply_meta *m, int index, json_t *delta, const
                                delta, "logprobs", opt(logprobs),
                                "finish_reason", finish ? json_string(finish) : json_null());
     if (!o || !choice || json_object_set_new(o, "choices", json_pack("[o]", choice))) {
+        if (!o) json_decref(choice); /* else json_pack took it, even when it failed */
         json_decref(o);
         return NULL;
     }
@@ -52,8 +53,12 @@ json_t *srv_reply_chunk(const srv_reply_meta *m, int index, json_t *delta, const
 json_t *srv_reply_usage_chunk(const srv_reply_meta *m, json_t *usage)
 {
     json_t *o = base(m, m->api == SRV_API_CHAT ? "chat.completion.chunk" : "text_completion");
-    if (!o || json_object_set_new(o, "choices", json_array()) ||
-        json_object_set_new(o, "usage", opt(usage))) {
+    if (!o || json_object_set_new(o, "choices", json_array())) { /* usage is stolen: free it */
+        json_decref(usage);
+        json_decref(o);
+        return NULL;
+    }
+    if (json_object_set_new(o, "usage", opt(usage))) {
         json_decref(o);
         return NULL;
     }
@@ -84,8 +89,17 @@ json_t *srv_reply_choice(const srv_reply_meta *m, int index, json_t *text, json_
 json_t *srv_reply_full(const srv_reply_meta *m, json_t *choices, json_t *usage)
 {
     json_t *o = base(m, m->api == SRV_API_CHAT ? "chat.completion" : "text_completion");
-    if (!o || json_object_set_new(o, "choices", opt(choices)) ||
-        json_object_set_new(o, "usage", opt(usage))) {
+    if (!o) { /* choices and usage are stolen: free them */
+        json_decref(choices);
+        json_decref(usage);
+        return NULL;
+    }
+    if (json_object_set_new(o, "choices", opt(choices))) {
+        json_decref(usage);
+        json_decref(o);
+        return NULL;
+    }
+    if (json_object_set_new(o, "usage", opt(usage))) {
         json_decref(o);
         return NULL;
     }
@@ -197,6 +211,10 @@ static json_t *token_text(const tok_tokenizer *tok, int32_t id, json_t **bytes)
     }
     json_t *j = srv_json_text(s ? s : "", n);
     free(s);
+    if (!j && bytes) { /* the token did not make it: neither do its bytes */
+        json_decref(*bytes);
+        *bytes = NULL;
+    }
     return j;
 }
 

@@ -427,7 +427,13 @@ static int call_llama3(srv_tc *p, const char *s, size_t n, bool final, size_t *u
     i = skip_space(s, n, i);
     size_t x = json_extent(s + i, n - i);
     if (x == 0 && !final) return 0;
-    if (x == 0 || x == (size_t)-1) {
+    if (x == (size_t)-1) { /* no JSON after the marker: the marker is text, scanning goes on
+                            * after it (taking the whole buffer would depend on how much of
+                            * the output has arrived: streaming and not would differ) */
+        *used = i;
+        return -1;
+    }
+    if (x == 0) { /* the end of the output inside the JSON: all of it is text */
         *used = n;
         return -1;
     }
@@ -454,7 +460,10 @@ static int call_mistral(srv_tc *p, const char *s, size_t n, bool final, size_t *
     size_t j = (size_t)(a - s) + 6;
     size_t x = json_extent(s + j, n - j);
     if (x == 0) return final ? -1 : 0;
-    if (x == (size_t)-1) return -1;
+    if (x == (size_t)-1) { /* no JSON after [ARGS]: text up to there, scanning goes on */
+        *used = j;
+        return -1;
+    }
     *used = j + x;
     json_t *args = json_loadb(s + j, x, 0, NULL);
     if (!json_is_object(args) || !nl) {
