@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/eng_grammar.h"
 #include "engine/eng_runtime.h"
 #include "engine/eng_sample.h"
 #include "engine/eng_ssd.h"
@@ -59,6 +60,13 @@ typedef struct {
      * the choice index among n (told apart when seeds are random) */
     bool seed_random;
     int32_t choice;
+    /* constrained decoding (eng_grammar.h, docs/structured-output.md): the
+     * output must be a sentence of grammar (BORROWED during eng_submit, which
+     * retains it), from the first token, or from after one of the trigger
+     * tokens (special tokens such as [TOOL_CALLS]; BORROWED, copied) */
+    gr_grammar *grammar;
+    const int32_t *grammar_triggers;
+    int32_t n_grammar_triggers;
 } eng_params;
 
 typedef enum { ENG_EV_TOKEN, ENG_EV_DONE, ENG_EV_ERROR } eng_event_kind;
@@ -132,6 +140,9 @@ typedef struct {
     int32_t kv_window, kv_sliding_window, kv_sliding_layers;
     int64_t kv_seq_max_blocks;
     uint64_t kv_bytes_per_token_full_layers, kv_bytes_per_token_sliding_layers;
+    /* constrained decoding */
+    uint64_t grammar_requests;   /* requests with a grammar */
+    eng_gmask_stats grammar;     /* masks computed, time, waits, budget redraws */
 } eng_stats;
 
 /* API */

@@ -129,6 +129,21 @@ typedef struct {
     bool useful;      /* false: too many `maybe` tokens, walk the trie instead */
 } gr_leaf_set;
 
+/* The constrainable tokens as strings of one rule's byte classes, in a
+ * preorder trie: tokens that read the same to a leaf rule share one path, so
+ * walking a leaf rule costs its class-string nodes, not the byte trie's. */
+typedef struct gr_ctrie {
+    uint8_t cls[256];  /* the class map this trie is for */
+    int32_t n_nodes;
+    uint8_t *ncls;     /* OWNED [n_nodes]: class of the edge into the node */
+    uint16_t *depth;   /* OWNED [n_nodes] */
+    int32_t *end;      /* OWNED [n_nodes]: first node after the subtree */
+    int32_t *tok_off;  /* OWNED [n_nodes + 1]: tokens ending at node i: toks[tok_off[i] .. first
+                          token of the next node); a subtree's tokens are contiguous */
+    int32_t *toks;     /* OWNED [n_ok] */
+    struct gr_ctrie *next;
+} gr_ctrie;
+
 typedef struct gr_leaf_entry {
     uint64_t hash;        /* leaf_hash mixed with the local state */
     uint8_t *blob;        /* OWNED copy of the leaf DFA (equality check) */
@@ -154,6 +169,7 @@ struct gr_vocab {
     /* leaf cache: token sets per (leaf DFA, state), shared by every matcher */
     pthread_mutex_t mu;
     gr_leaf_entry **ltab; /* OWNED [lcap] chains */
+    gr_ctrie *ctries;     /* OWNED list, one per class map in use */
     int32_t lcap;
     size_t lbytes, lbytes_cap;
 };

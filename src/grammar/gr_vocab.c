@@ -67,6 +67,16 @@ void gr_vocab_destroy(gr_vocab *v)
         }
     }
     free(v->ltab);
+    while (v->ctries) {
+        gr_ctrie *t = v->ctries;
+        v->ctries = t->next;
+        free(t->ncls);
+        free(t->depth);
+        free(t->end);
+        free(t->tok_off);
+        free(t->toks);
+        free(t);
+    }
     pthread_mutex_destroy(&v->mu);
     free(v->bytes);
     free(v->off);
@@ -214,49 +224,216 @@ done:
 
 /* ------------------------------------------------------------ leaf sets */
 
-static void add_tok(const gr_vocab *v, uint64_t *bits, int32_t t)
+static void ctrie_free(gr_ctrie *t)
 {
-    for (; t >= 0; t = v->dup[t]) bits[t >> 6] |= 1ull << (t & 63);
+    if (!t) return;
+    free(t->ncls);
+    free(t->depth);
+    free(t->end);
+    free(t->tok_off);
+    free(t->toks);
+    free(t);
 }
 
-/* Walks the trie inside the leaf rule from gstate s (see the file comment). */
-static int leaf_compute(const gr_vocab *v, const gr_grammar *g, int32_t s, gr_leaf_set *out)
+typedef struct {
+    const gr_vocab *v;
+    const uint8_t *cls;
+    gr_ctrie *t;
+    int32_t *scratch; /* children of the sets along the current path, then their buckets */
+    int32_t *counts;  /* [(max_depth + 1) * 257] per-level class counts */
+    int32_t nn, nt;
+} cbuild;
+
+/* Emits the class-trie subtree below the set S[0..n) of byte-trie nodes (all
+ * reached by one class string of length d): children grouped by class. */
+static void cb_rec(cbuild *b, const int32_t *S, int32_t n, int d, int32_t *top)
 {
-    memset(out, 0, sizeof *out);
-    out->accept = calloc(v->words, sizeof *out->accept);
+    const gr_vocab *v = b->v;
+    int32_t k = 0;
+    for (int32_t j = 0; j < n; j++) { /* the children of every node in S */
+        int32_t x = S[j], stop = x < 0 ? v->n_nodes : v->tend[x];
+        for (int32_t c = x < 0 ? 0 : x + 1; c < stop; c = v->tend[c]) top[k++] = c;
+    }
+    if (!k) return;
+    int32_t *cnt = b->counts + (size_t)d * 257, *sorted = top + k;
+    memset(cnt, 0, sizeof *cnt * 257);
+    for (int32_t j = 0; j < k; j++) cnt[b->cls[v->tbyte[top[j]]] + 1]++;
+    for (int c = 0; c < 256; c++) cnt[c + 1] += cnt[c];
+    for (int32_t j = 0; j < k; j++) sorted[cnt[b->cls[v->tbyte[top[j]]]]++] = top[j];
+    for (int32_t j = 0; j < k;) { /* one class-trie node per class present */
+        uint8_t c = b->cls[v->tbyte[sorted[j]]];
+        int32_t e = j;
+        while (e < k && b->cls[v->tbyte[sorted[e]]] == c) e++;
+        int32_t node = b->nn++;
+        b->t->ncls[node] = c;
+        b->t->depth[node] = (uint16_t)(d + 1);
+        b->t->tok_off[node] = b->nt;
+        for (int32_t q = j; q < e; q++)
+            for (int32_t tk = v->ttok[sorted[q]]; tk >= 0; tk = v->dup[tk]) b->t->toks[b->nt++] = tk;
+        cb_rec(b, sorted + j, e - j, d + 1, sorted + k);
+        b->t->end[node] = b->nn;
+        j = e;
+    }
+}
+
+/* The class trie of the constrainable tokens under class map cls, built from
+ * the byte trie (every byte node falls into exactly one class node). */
+static gr_ctrie *ctrie_build(const gr_vocab *v, const uint8_t *cls)
+{
+    gr_ctrie *t = calloc(1, sizeof *t);
+    cbuild b = {.v = v, .cls = cls, .t = t};
+    size_t cap = (size_t)v->n_nodes + 1;
+    if (!t) return NULL;
+    memcpy(t->cls, cls, 256);
+    t->ncls = malloc(cap);
+    t->depth = malloc(sizeof *t->depth * cap);
+    t->end = malloc(sizeof *t->end * cap);
+    t->tok_off = malloc(sizeof *t->tok_off * (cap + 1));
+    t->toks = malloc(sizeof *t->toks * ((size_t)v->n_tokens + 1));
+    b.scratch = malloc(sizeof *b.scratch * (2 * cap + 2));
+    b.counts = malloc(sizeof *b.counts * 257 * ((size_t)v->max_depth + 2));
+    if (!t->ncls || !t->depth || !t->end || !t->tok_off || !t->toks || !b.scratch || !b.counts) {
+        free(b.scratch);
+        free(b.counts);
+        ctrie_free(t);
+        return NULL;
+    }
+    int32_t root = -1;
+    cb_rec(&b, &root, 1, 0, b.scratch);
+    t->n_nodes = b.nn;
+    t->tok_off[b.nn] = b.nt;
+    free(b.scratch);
+    free(b.counts);
+    return t;
+}
+
+/* The class trie for cls: cached (list under mu), built on first use. */
+static const gr_ctrie *ctrie_get(gr_vocab *v, const uint8_t *cls)
+{
+    pthread_mutex_lock(&v->mu);
+    for (gr_ctrie *t = v->ctries; t; t = t->next)
+        if (!memcmp(t->cls, cls, 256)) {
+            pthread_mutex_unlock(&v->mu);
+            return t;
+        }
+    pthread_mutex_unlock(&v->mu);
+    gr_ctrie *t = ctrie_build(v, cls);
+    if (!t) return NULL;
+    pthread_mutex_lock(&v->mu);
+    for (gr_ctrie *o = v->ctries; o; o = o->next)
+        if (!memcmp(o->cls, cls, 256)) {
+            pthread_mutex_unlock(&v->mu);
+            ctrie_free(t);
+            return o;
+        }
+    t->next = v->ctries;
+    v->ctries = t;
+    v->lbytes += (size_t)t->n_nodes * 11 + sizeof(int32_t) * (size_t)v->n_tokens;
+    pthread_mutex_unlock(&v->mu);
+    return t;
+}
+
+static int add_maybe(gr_leaf_set *out, size_t *mcap, const int32_t *ids, int32_t n, int32_t limit)
+{
+    if (out->n_maybe + n > limit) {
+        out->useful = false;
+        return 0;
+    }
+    if ((size_t)(out->n_maybe + n) > *mcap) {
+        while ((size_t)(out->n_maybe + n) > *mcap) *mcap *= 2;
+        int32_t *nm = realloc(out->maybe, sizeof *nm * *mcap);
+        if (!nm) return -1;
+        out->maybe = nm;
+    }
+    memcpy(out->maybe + out->n_maybe, ids, sizeof *ids * (size_t)n);
+    out->n_maybe += n;
+    return 0;
+}
+
+/* The same walk over the byte trie: cheaper than building a class trie when
+ * few bytes leave s (digits, keywords, formats). */
+static int leaf_bytes(const gr_vocab *v, const gr_grammar *g, int32_t s, gr_leaf_set *out)
+{
     int32_t *st = malloc(sizeof *st * ((size_t)v->max_depth + 1));
     uint8_t *pf = malloc((size_t)v->max_depth + 1);
     size_t mcap = 256;
-    out->maybe = malloc(sizeof *out->maybe * mcap);
-    if (!out->accept || !st || !pf || !out->maybe) goto nomem;
     int32_t limit = v->n_tokens / 16 > 2048 ? v->n_tokens / 16 : 2048;
+    out->maybe = malloc(sizeof *out->maybe * mcap);
+    if (!st || !pf || !out->maybe) goto nomem;
     st[0] = s;
     pf[0] = 0;
-    out->useful = true;
-    for (int32_t i = 0; i < v->n_nodes;) {
+    for (int32_t i = 0; i < v->n_nodes && out->useful;) {
         int32_t d = v->tdepth[i];
         int32_t t = gr_step_byte(g, st[d - 1], v->tbyte[i]);
         if (t < 0) {
-            if (pf[d - 1]) { /* left the rule earlier on this path: the parent decides */
-                for (int32_t j = i; j < v->tend[i] && out->useful; j++)
-                    for (int32_t k = v->ttok[j]; k >= 0; k = v->dup[k]) {
-                        if ((size_t)out->n_maybe == mcap) {
-                            mcap *= 2;
-                            int32_t *nm = realloc(out->maybe, sizeof *nm * mcap);
-                            if (!nm) goto nomem;
-                            out->maybe = nm;
-                        }
-                        out->maybe[out->n_maybe++] = k;
-                        if (out->n_maybe > limit) out->useful = false;
-                    }
-            }
-            if (!out->useful) break;
+            for (int32_t j = i; pf[d - 1] && j < v->tend[i] && out->useful; j++)
+                for (int32_t k = v->ttok[j]; k >= 0; k = v->dup[k])
+                    if (add_maybe(out, &mcap, &k, 1, limit)) goto nomem;
             i = v->tend[i];
             continue;
         }
         st[d] = t;
         pf[d] = pf[d - 1] | (g->flags[t] & GR_ST_FINAL);
-        if (v->ttok[i] >= 0) add_tok(v, out->accept, v->ttok[i]);
+        for (int32_t k = v->ttok[i]; k >= 0; k = v->dup[k]) out->accept[k >> 6] |= 1ull << (k & 63);
+        i++;
+    }
+    free(st);
+    free(pf);
+    return 0;
+nomem:
+    free(st);
+    free(pf);
+    return -1;
+}
+
+/* Walks the leaf rule from gstate s over the tokens (see the file comment):
+ * a token whose path dies after the rule could have ended is a `maybe`; one
+ * whose path stays alive is accepted. States that many bytes leave (a string
+ * body) walk the class trie, others the byte trie. */
+static int leaf_compute(gr_vocab *v, const gr_grammar *g, int32_t s, gr_leaf_set *out)
+{
+    memset(out, 0, sizeof *out);
+    const gr_crule *R = &g->rules[g->rule_of[s]];
+    int live = 0;
+    for (int c = 0; c < 256; c++) live += gr_step_byte(g, s, (uint8_t)c) >= 0;
+    if (live < 64) {
+        out->accept = calloc(v->words, sizeof *out->accept);
+        out->useful = true;
+        if (out->accept && !leaf_bytes(v, g, s, out)) return 0;
+        free(out->accept);
+        free(out->maybe);
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    const gr_ctrie *ct = ctrie_get(v, R->cls);
+    out->accept = calloc(v->words, sizeof *out->accept);
+    int32_t *st = malloc(sizeof *st * ((size_t)v->max_depth + 1));
+    uint8_t *pf = malloc((size_t)v->max_depth + 1);
+    if (!ct || !out->accept || !st || !pf) goto nomem;
+    int32_t limit = v->n_tokens / 16 > 2048 ? v->n_tokens / 16 : 2048;
+    size_t mcap = 256;
+    out->maybe = malloc(sizeof *out->maybe * mcap);
+    if (!out->maybe) goto nomem;
+    st[0] = s;
+    pf[0] = 0;
+    out->useful = true;
+    for (int32_t i = 0; i < ct->n_nodes;) {
+        int32_t d = ct->depth[i];
+        int32_t t = g->trans[g->row[st[d - 1]] + ct->ncls[i]];
+        int32_t lo = ct->tok_off[i];
+        if (t < 0) {
+            if (pf[d - 1]) { /* left the rule earlier on this path: the parent decides */
+                int32_t hi = ct->tok_off[ct->end[i]];
+                if (add_maybe(out, &mcap, ct->toks + lo, hi - lo, limit)) goto nomem;
+                if (!out->useful) break;
+            }
+            i = ct->end[i];
+            continue;
+        }
+        st[d] = t;
+        pf[d] = pf[d - 1] | (g->flags[t] & GR_ST_FINAL);
+        int32_t hi = ct->tok_off[i + 1]; /* the tokens ending exactly here */
+        for (int32_t k = lo; k < hi; k++) out->accept[ct->toks[k] >> 6] |= 1ull << (ct->toks[k] & 63);
         i++;
     }
     free(st);
