@@ -107,6 +107,10 @@ gr_expr gr_alt(gr_builder *b, const gr_expr *xs, size_t n); /* n = 0: nothing ma
 gr_expr gr_seq2(gr_builder *b, gr_expr x, gr_expr y);
 gr_expr gr_alt2(gr_builder *b, gr_expr x, gr_expr y);
 gr_expr gr_rep(gr_builder *b, gr_expr x, int32_t min, int32_t max); /* max < 0: unbounded */
+/* Any text (any code points, the empty string included) that contains none of
+ * the n ASCII patterns: free text beside a marker (reasoning before
+ * "</think>", content before "<tool_call>"). */
+gr_expr gr_text_without(gr_builder *b, const char *const *patterns, size_t n);
 gr_rule gr_rule_new(gr_builder *b, const char *name); /* name is copied (error messages) */
 gr_expr gr_ref(gr_builder *b, gr_rule r);
 kiln_code gr_rule_define(gr_builder *b, gr_rule r, gr_expr body, kiln_err *err);
@@ -114,11 +118,15 @@ kiln_code gr_rule_define(gr_builder *b, gr_rule r, gr_expr body, kiln_err *err);
  * and no `root` exists). Rule names get prefix so that several texts can share b. */
 kiln_code gr_builder_add_gbnf(gr_builder *b, const char *text, size_t len, const char *prefix,
                               gr_rule *root, kiln_err *err);
-/* A JSON Schema into b; *out = an expression matching exactly the values it allows. */
-kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, gr_expr *out,
-                                     kiln_err *err);
+/* A JSON Schema into b; *out = an expression matching exactly the values it
+ * allows (a subset, see docs/structured-output.md). strict: objects without
+ * `additionalProperties` get no unlisted properties (OpenAI's strict mode). */
+kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, bool strict,
+                                     gr_expr *out, kiln_err *err);
 /* JSON whitespace between tokens (options' json_ws_max). */
 gr_expr gr_json_ws(gr_builder *b);
+/* The builder's first error (the code; KILN_OK while none). */
+kiln_code gr_builder_error(const gr_builder *b, kiln_err *err);
 /* Compiles with `root` as the start rule. b may be destroyed afterwards. */
 kiln_code gr_builder_compile(gr_builder *b, gr_rule root, gr_grammar **out, kiln_err *err);
 

@@ -40,6 +40,13 @@ kiln_code gr_b_fail(gr_builder *b, kiln_code code, const char *fmt, ...)
     return code;
 }
 
+kiln_code gr_builder_error(const gr_builder *b, kiln_err *err)
+{
+    if (!b->failed) return KILN_OK;
+    if (err) *err = b->err;
+    return b->err.code;
+}
+
 kiln_code gr_b_check_time(gr_builder *b)
 {
     if (b->failed) return b->err.code;
@@ -339,6 +346,40 @@ gr_expr gr_and(gr_builder *b, const gr_expr *xs, size_t n)
     if (r < 0) return -1;
     b->rules[r].body = body;
     return gr_ref(b, r);
+}
+
+gr_expr gr_text_without(gr_builder *b, const char *const *patterns, size_t n)
+{
+    if (b->failed) return -1;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(patterns[i]);
+        for (size_t k = 0; k < l; k++)
+            if ((unsigned char)patterns[i][k] >= 0x80) {
+                gr_b_fail(b, KILN_E_INVALID, "grammar: text_without patterns must be ASCII");
+                return -1;
+            }
+        if (!l) {
+            gr_b_fail(b, KILN_E_INVALID, "grammar: text_without pattern is empty");
+            return -1;
+        }
+        total += l + 1;
+    }
+    if (n == 0 || total > 4096) {
+        gr_b_fail(b, KILN_E_INVALID, "grammar: text_without needs 1 to 4096 bytes of patterns");
+        return -1;
+    }
+    if (grow((void **)&b->bytes, &b->cap_bytes, (int64_t)b->n_bytes + (int64_t)total, 1)) {
+        gr_b_fail(b, KILN_E_NOMEM, "grammar: out of memory");
+        return -1;
+    }
+    int32_t at = b->n_bytes;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(patterns[i]) + 1;
+        memcpy(b->bytes + b->n_bytes, patterns[i], l);
+        b->n_bytes += (int32_t)l;
+    }
+    return node_new(b, (gr_node){.kind = GR_E_WITHOUT, .a = at, .b = (int32_t)total});
 }
 
 gr_expr gr_json_ws(gr_builder *b)

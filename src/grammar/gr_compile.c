@@ -115,6 +115,94 @@ static int class_emit(void *ctx, const uint8_t *lo, const uint8_t *hi, int len)
 
 static frag build(nfa *n, gr_expr x, int depth);
 
+/* Text containing none of the patterns (NUL-separated, ASCII): the states of
+ * their Aho-Corasick automaton minus the ones that complete a pattern, all
+ * final; characters in no pattern go back to the root. */
+static frag build_without(nfa *n, const char *pats, int32_t len)
+{
+    frag bad = {-1, -1};
+    enum { MAXS = 4097 };
+    int32_t (*go)[128] = malloc(sizeof *go * MAXS);
+    int32_t *fail = malloc(sizeof *fail * MAXS), *q = malloc(sizeof *q * MAXS);
+    uint8_t *dead = calloc(MAXS, 1), used[128] = {0};
+    int32_t *st = malloc(sizeof *st * MAXS);
+    frag out = bad;
+    if (!go || !fail || !q || !dead || !st) {
+        gr_b_fail(n->b, KILN_E_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    int32_t ns = 1;
+    memset(go[0], -1, sizeof go[0]);
+    for (int32_t i = 0; i < len;) { /* the trie */
+        int32_t cur = 0;
+        for (; i < len && pats[i]; i++) {
+            int c = pats[i];
+            used[c] = 1;
+            if (go[cur][c] < 0) {
+                memset(go[ns], -1, sizeof go[ns]);
+                go[cur][c] = ns++;
+            }
+            cur = go[cur][c];
+        }
+        dead[cur] = 1;
+        i++;
+    }
+    int32_t head = 0, tail = 0; /* failure links, breadth first; complete the goto function */
+    fail[0] = 0;
+    for (int c = 0; c < 128; c++) {
+        if (go[0][c] < 0) go[0][c] = 0;
+        else fail[go[0][c]] = 0, q[tail++] = go[0][c];
+    }
+    while (head < tail) {
+        int32_t r = q[head++];
+        dead[r] |= dead[fail[r]];
+        for (int c = 0; c < 128; c++) {
+            int32_t u = go[r][c];
+            if (u < 0) {
+                go[r][c] = go[fail[r]][c];
+            } else {
+                fail[u] = go[fail[r]][c];
+                q[tail++] = u;
+            }
+        }
+    }
+    uint32_t other[2 * 130];
+    int no = 0; /* code points in no pattern */
+    for (int c = 0; c < 128;) {
+        if (used[c]) {
+            c++;
+            continue;
+        }
+        int d = c;
+        while (d + 1 < 128 && !used[d + 1]) d++;
+        other[2 * no] = (uint32_t)c, other[2 * no + 1] = (uint32_t)d, no++;
+        c = d + 1;
+    }
+    other[2 * no] = 0x80, other[2 * no + 1] = 0xD7FF, no++;
+    other[2 * no] = 0xE000, other[2 * no + 1] = GR_MAX_CP, no++;
+    int32_t end = nstate(n);
+    if (end < 0) goto done;
+    for (int32_t s = 0; s < ns; s++) st[s] = dead[s] ? -1 : nstate(n);
+    for (int32_t s = 0; s < ns; s++) {
+        if (dead[s]) continue;
+        if (st[s] < 0 || nedge_add(n, st[s], end, SYM_EPS, 0, 0)) goto done;
+        for (int c = 0; c < 128; c++)
+            if (used[c] && !dead[go[s][c]] && nedge_add(n, st[s], st[go[s][c]], SYM_BYTES, (uint8_t)c, (uint8_t)c))
+                goto done;
+        class_ctx cc = {n, st[s], st[0]};
+        for (int k = 0; k < no; k++)
+            if (gr_utf8_ranges(other[2 * k], other[2 * k + 1], class_emit, &cc)) goto done;
+    }
+    out = (frag){st[0], end};
+done:
+    free(go);
+    free(fail);
+    free(q);
+    free(dead);
+    free(st);
+    return out;
+}
+
 static frag build_rep(nfa *n, const gr_node *nd, int depth)
 {
     frag bad = {-1, -1};
@@ -212,6 +300,7 @@ static frag build(nfa *n, gr_expr x, int depth)
         return (frag){s, e};
     }
     case GR_E_AND: break; /* only a whole rule body (compile_rules) */
+    case GR_E_WITHOUT: return build_without(n, (const char *)b->bytes + nd->a, nd->b);
     }
     gr_b_fail(b, KILN_E_INTERNAL, "grammar: unknown node kind %d", nd->kind);
     return bad;

@@ -33,6 +33,7 @@ typedef enum {
     GR_E_REP,   /* a: child, min, max (-1 = unbounded) */
     GR_E_REF,   /* a: rule */
     GR_E_AND,   /* a: offset in kids, b: count; only ever a whole rule body (gr_and), no calls */
+    GR_E_WITHOUT, /* a: offset in bytes, b: length: NUL-separated ASCII patterns (gr_text_without) */
 } gr_ekind;
 
 typedef struct {

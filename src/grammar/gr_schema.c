@@ -1091,10 +1091,11 @@ static gr_expr value_list(sc *c, const json_t *const *list, int n)
 
 /* ------------------------------------------------------------ API */
 
-kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, gr_expr *out, kiln_err *err)
+kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, bool strict, gr_expr *out,
+                                     kiln_err *err)
 {
     *out = -1;
-    sc c = {.b = b, .root = schema, .strict = b->o.json_strict, .r_string = -1, .r_number = -1,
+    sc c = {.b = b, .root = schema, .strict = strict, .r_string = -1, .r_number = -1,
             .r_integer = -1, .r_any = -1, .err = err};
     if (!b->failed) {
         if (!json_is_object(schema) && !json_is_boolean(schema))
@@ -1121,7 +1122,7 @@ kiln_code gr_compile_json_schema(const json_t *schema, const gr_options *o, gr_g
     kiln_code rc = gr_builder_create(o, &b, err);
     if (rc) return rc;
     gr_expr v;
-    rc = gr_builder_add_json_schema(b, schema, &v, err);
+    rc = gr_builder_add_json_schema(b, schema, b->o.json_strict, &v, err);
     if (!rc) {
         gr_rule root = gr_rule_new(b, "root");
         gr_expr ws = gr_json_ws(b);

@@ -347,6 +347,48 @@ static void test_try_tokens_and_rollback_for_drafts(void)
     tok_destroy(tok);
 }
 
+static void test_text_without_markers(void)
+{
+    tok_tokenizer *tok = stories_tok();
+    if (!tok) TEST_SKIP("no stories260K tokenizer");
+    kiln_err err;
+    gr_vocab *v;
+    ASSERT_OK(gr_vocab_create(tok, &v, &err));
+    gr_builder *b;
+    ASSERT_OK(gr_builder_create(NULL, &b, &err));
+    const char *pats[] = {"</think>", "<tool_call>"};
+    gr_rule root = gr_rule_new(b, "root");
+    gr_expr body = gr_seq2(b, gr_text_without(b, pats, 2), gr_str(b, "</think>!"));
+    ASSERT_OK(gr_rule_define(b, root, body, &err));
+    gr_grammar *g;
+    ASSERT_OK(gr_builder_compile(b, root, &g, &err));
+    gr_builder_destroy(b);
+    struct {
+        const char *s;
+        int ok;
+    } cases[] = {{"</think>!", 1},       {"abc</think>!", 1},         {"<</think>!", 1},
+                 {"</thi</think>!", 1},  {"a</think>b</think>!", 0}, {"x<tool_call>y</think>!", 0},
+                 {"\xc3\xa9<tool</think>!", 1}, {"no end", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        gr_matcher *m;
+        ASSERT_OK(gr_matcher_create(g, v, &m, &err));
+        int ok = gr_matcher_accept_bytes(m, cases[i].s, strlen(cases[i].s), &err) == KILN_OK &&
+                 gr_matcher_accepting(m);
+        if (ok != cases[i].ok) fprintf(stderr, "  '%s': %d\n", cases[i].s, ok);
+        ASSERT_EQ_I64(ok, cases[i].ok);
+        gr_matcher_destroy(m);
+    }
+    /* masks stay exact here too */
+    gr_matcher *m;
+    ASSERT_OK(gr_matcher_create(g, v, &m, &err));
+    char out[4096];
+    ASSERT_TRUE(generate(m, v, 9, 40, 1, out, sizeof out) >= 0);
+    gr_matcher_destroy(m);
+    gr_grammar_release(g);
+    gr_vocab_destroy(v);
+    tok_destroy(tok);
+}
+
 int main(void)
 {
     RUN(test_gbnf_accepts_and_rejects_strings);
@@ -354,6 +396,7 @@ int main(void)
     RUN(test_masks_exact_on_small_vocab);
     RUN(test_special_tokens_never_allowed);
     RUN(test_try_tokens_and_rollback_for_drafts);
+    RUN(test_text_without_markers);
     RUN(test_json_any_walks_parse_stories);
     RUN(test_json_any_walks_parse_llama3);
     RUN(test_json_any_walks_parse_qwen3);
