@@ -32,7 +32,8 @@ static uint64_t rnd(uint64_t *s)
 static int32_t pick(const uint64_t *bits, int32_t n, uint64_t *seed)
 {
     int32_t count = 0;
-    for (size_t w = 0; w < (size_t)(n + 63) / 64; w++) count += __builtin_popcountll(bits[w]);
+    for (size_t w = 0; w < (size_t)(n + 63) / 64; w++)
+        count += __builtin_popcountll(bits[w]);
     if (!count) return -1;
     int32_t k = (int32_t)(rnd(seed) % (uint64_t)count);
     for (int32_t t = 0; t < n; t++)
@@ -94,7 +95,8 @@ static int run_walk(gr_grammar *g, gr_vocab *v, int max_tokens, uint64_t seed, a
             size_t n;
             const uint8_t *b = gr_vocab_token(v, t, &n);
             if (tl + n + 1 > tcap) {
-                while (tl + n + 1 > tcap) tcap *= 2;
+                while (tl + n + 1 > tcap)
+                    tcap *= 2;
                 tb = realloc(tb, tcap);
             }
             memcpy(tb + tl, b, n);
@@ -116,7 +118,8 @@ static void report(const char *name, acc *a)
     if (!a->n) return;
     qsort(a->t, a->n, sizeof *a->t, cmp_d);
     double sum = 0;
-    for (size_t i = 0; i < a->n; i++) sum += a->t[i];
+    for (size_t i = 0; i < a->n; i++)
+        sum += a->t[i];
     printf("bench=grammar set=%s grammars=%d compile_failed=%d unfinished=%d tokens=%zu "
            "mask_mean_us=%.1f mask_p50_us=%.1f mask_p99_us=%.1f mask_max_us=%.1f "
            "compile_mean_ms=%.3f\n",
@@ -130,20 +133,32 @@ int main(int argc, char **argv)
     const char *tokdir = NULL, *schemas = NULL, *emit_path = NULL;
     FILE *emit = NULL;
     const char *gbnf[16];
-    int n_gbnf = 0, tokens = 256, json_any = 1, verbose = 0;
+    int n_gbnf = 0, tokens = 256, json_any = 1, verbose = 0, strict = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokdir = argv[++i];
-        else if (!strcmp(argv[i], "--schemas") && i + 1 < argc) schemas = argv[++i];
-        else if (!strcmp(argv[i], "--gbnf") && i + 1 < argc && n_gbnf < 16) gbnf[n_gbnf++] = argv[++i];
-        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--no-json-any")) json_any = 0;
-        else if (!strcmp(argv[i], "--emit") && i + 1 < argc) emit_path = argv[++i];
-        else if (!strcmp(argv[i], "-v")) verbose = 1;
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc)
+            tokdir = argv[++i];
+        else if (!strcmp(argv[i], "--schemas") && i + 1 < argc)
+            schemas = argv[++i];
+        else if (!strcmp(argv[i], "--gbnf") && i + 1 < argc && n_gbnf < 16)
+            gbnf[n_gbnf++] = argv[++i];
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            tokens = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--no-json-any"))
+            json_any = 0;
+        else if (!strcmp(argv[i], "--strict"))
+            strict = 1;
+        else if (!strcmp(argv[i], "--emit") && i + 1 < argc)
+            emit_path = argv[++i];
+        else if (!strcmp(argv[i], "-v"))
+            verbose = 1;
         else {
-            fprintf(stderr, "usage: %s --tokenizer DIR [--schemas F.jsonl] [--gbnf F]... "
-                    "[--tokens N] [--seed S] [--no-json-any] [-v]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s --tokenizer DIR [--schemas F.jsonl] [--gbnf F]... "
+                    "[--tokens N] [--seed S] [--no-json-any] [--strict] [--emit F] [-v]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -167,7 +182,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_grammar: %s\n", err.msg);
         return 1;
     }
-    printf("bench=grammar vocab=%d vocab_build_ms=%.1f\n", gr_vocab_size(v), 1e3 * (plat_now() - t0));
+    printf("bench=grammar vocab=%d vocab_build_ms=%.1f\n", gr_vocab_size(v),
+           1e3 * (plat_now() - t0));
     if (json_any) {
         acc a = {0};
         double ms = 0, mx = 0;
@@ -177,7 +193,8 @@ int main(int argc, char **argv)
             a.compile_sum += plat_now() - c0;
             a.grammars++;
             for (int w = 0; w < 8; w++)
-                if (run_walk(g, v, tokens, seed + (uint64_t)w, &a, &ms, &mx, NULL) < 0) a.unfinished++;
+                if (run_walk(g, v, tokens, seed + (uint64_t)w, &a, &ms, &mx, NULL) < 0)
+                    a.unfinished++;
             gr_grammar_release(g);
         }
         report("json_any", &a);
@@ -218,12 +235,20 @@ int main(int argc, char **argv)
         int idx = 0;
         while ((len = getline(&line, &cap, f)) > 0) {
             json_error_t je;
-            json_t *s = json_loadb(line, (size_t)len, 0, &je);
-            if (!s) continue;
+            json_t *s = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &je);
+            if (!s) { /* keep the numbering: one result per line */
+                if (emit)
+                    fprintf(emit, "{\"i\":%d,\"error\":\"bad line: %s\",\"code\":\"invalid\"}\n",
+                            idx, "json");
+                idx++;
+                continue;
+            }
             json_t *schema = json_object_get(s, "schema") ? json_object_get(s, "schema") : s;
             gr_grammar *g;
             double c0 = plat_now();
-            kiln_code rc = gr_compile_json_schema(schema, NULL, &g, &err);
+            gr_options go = gr_options_default();
+            go.json_strict = strict; /* the API's default: JSON Schema's reading */
+            kiln_code rc = gr_compile_json_schema(schema, &go, &g, &err);
             double cdt = plat_now() - c0;
             if (rc) {
                 a.failed_compile++;
@@ -242,11 +267,12 @@ int main(int argc, char **argv)
                 double ms = 0, mx = 0;
                 size_t before = a.n;
                 char *text = NULL;
-                int used = run_walk(g, v, tokens, seed + (uint64_t)idx, &a, &ms, &mx, emit ? &text : NULL);
+                int used =
+                    run_walk(g, v, tokens, seed + (uint64_t)idx, &a, &ms, &mx, emit ? &text : NULL);
                 if (used < 0) a.unfinished++;
                 if (emit) {
-                    json_t *o = json_pack("{s:i, s:b, s:s}", "i", idx, "finished", used >= 0, "text",
-                                          text ? text : "");
+                    json_t *o = json_pack("{s:i, s:b, s:s}", "i", idx, "finished", used >= 0,
+                                          "text", text ? text : "");
                     if (!o) o = json_pack("{s:i, s:b, s:s}", "i", idx, "finished", 0, "text", "");
                     char *d = json_dumps(o, JSON_COMPACT);
                     fprintf(emit, "%s\n", d);
@@ -255,8 +281,10 @@ int main(int argc, char **argv)
                 }
                 free(text);
                 if (verbose)
-                    fprintf(stderr, "schema %d: compile_ms=%.2f tokens=%zu mask_mean_us=%.1f "
-                            "mask_max_us=%.1f\n", idx, 1e3 * cdt, a.n - before,
+                    fprintf(stderr,
+                            "schema %d: compile_ms=%.2f tokens=%zu mask_mean_us=%.1f "
+                            "mask_max_us=%.1f\n",
+                            idx, 1e3 * cdt, a.n - before,
                             a.n > before ? 1e6 * ms / (double)(a.n - before) : 0.0, 1e6 * mx);
                 gr_grammar_release(g);
             }

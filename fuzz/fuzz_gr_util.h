@@ -40,8 +40,9 @@ static gr_vocab *fz_vocab(void)
 {
     static gr_vocab *v;
     if (v) return v;
-    static const char *multi[] = {"{\"", "\":", "\",", "\"}", "ab", "12", "true", "null", " {",
-                                  "\n  ", "-1", "0.", "e+", "[]", "\u00e9t\u00e9", "\xe2\x82"};
+    static const char *multi[] = {"{\"",           "\":",     "\",",  "\"}", "ab", "12", "true",
+                                  "null",          " {",      "\n  ", "-1",  "0.", "e+", "[]",
+                                  "\u00e9t\u00e9", "\xe2\x82"};
     json_t *vocab = json_object();
     int id = 0;
     for (int b = 0; b < 256; b++) {
@@ -58,16 +59,17 @@ static gr_vocab *fz_vocab(void)
         }
         if (!json_object_get(vocab, piece)) json_object_set_new(vocab, piece, json_integer(id++));
     }
-    json_t *tj = json_pack("{s:s, s:[{s:i, s:s, s:b}], s:n, s:{s:s, s:b}, s:n, s:{s:s}, s:{s:s, s:o, s:[]}}",
-                           "version", "1.0", "added_tokens", "id", id, "content", "<eos>", "special", 1,
-                           "normalizer", "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0,
-                           "post_processor", "decoder", "type", "ByteLevel", "model", "type", "BPE",
-                           "vocab", vocab, "merges");
+    json_t *tj = json_pack(
+        "{s:s, s:[{s:i, s:s, s:b}], s:n, s:{s:s, s:b}, s:n, s:{s:s}, s:{s:s, s:o, s:[]}}",
+        "version", "1.0", "added_tokens", "id", id, "content", "<eos>", "special", 1, "normalizer",
+        "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "post_processor", "decoder",
+        "type", "ByteLevel", "model", "type", "BPE", "vocab", vocab, "merges");
     char *text = json_dumps(tj, 0);
     json_decref(tj);
     tok_tokenizer *t = NULL;
     kiln_err err;
-    if (!text || tok_load_json(text, strlen(text), NULL, 0, &t, &err) || gr_vocab_create(t, &v, &err))
+    if (!text || tok_load_json(text, strlen(text), NULL, 0, &t, &err) ||
+        gr_vocab_create(t, &v, &err))
         abort();
     free(text);
     tok_destroy(t); /* the vocabulary keeps its own copy of every token's bytes */
@@ -86,10 +88,12 @@ static void fz_walk(gr_grammar *g, const uint8_t *seed, size_t n)
     for (int step = 0; step < 24 && bits; step++) {
         if (gr_matcher_mask(m, bits, &err)) break;
         int32_t count = 0;
-        for (int32_t t = 0; t < nt; t++) count += (int32_t)(bits[t >> 6] >> (t & 63) & 1);
+        for (int32_t t = 0; t < nt; t++)
+            count += (int32_t)(bits[t >> 6] >> (t & 63) & 1);
         /* a token outside the mask must be refused */
         int32_t probe = n ? seed[step % n] : 0;
-        if (!(bits[probe >> 6] >> (probe & 63) & 1) && gr_matcher_accept_token(m, probe, &err) == KILN_OK)
+        if (!(bits[probe >> 6] >> (probe & 63) & 1) &&
+            gr_matcher_accept_token(m, probe, &err) == KILN_OK)
             abort();
         if (!count) {
             if (!gr_matcher_accepting(m) && gr_matcher_distance(m) > 0) abort(); /* a dead end */

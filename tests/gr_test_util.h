@@ -54,7 +54,8 @@ static inline int32_t gr_test_pick(const gr_vocab *v, const uint64_t *bits, uint
                                    int prefer_short)
 {
     int32_t n = gr_vocab_size(v), count = 0;
-    for (int32_t t = 0; t < n; t++) count += gr_bit(bits, t);
+    for (int32_t t = 0; t < n; t++)
+        count += gr_bit(bits, t);
     if (!count) return -1;
     for (int tries = 0; tries < 8; tries++) {
         int32_t k = (int32_t)(gr_test_rand(seed) % (uint64_t)count);

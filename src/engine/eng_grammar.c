@@ -44,8 +44,8 @@ struct eng_gmask {
     pthread_cond_t cv;
     eng_gstate **jobs; /* under mu: the list being worked on */
     int32_t n_jobs, cap_jobs;
-    int pending;       /* under mu: a list was handed over and is not done */
-    int stop;          /* under mu */
+    int pending;        /* under mu: a list was handed over and is not done */
+    int stop;           /* under mu */
     eng_gmask_stats st; /* under mu */
 };
 
@@ -62,13 +62,15 @@ static void *worker(void *arg)
     eng_gmask *gm = arg;
     pthread_mutex_lock(&gm->mu);
     for (;;) {
-        while (!gm->pending && !gm->stop) pthread_cond_wait(&gm->cv, &gm->mu);
+        while (!gm->pending && !gm->stop)
+            pthread_cond_wait(&gm->cv, &gm->mu);
         if (gm->stop) break;
         int32_t n = gm->n_jobs;
         eng_gstate **jobs = gm->jobs;
         pthread_mutex_unlock(&gm->mu);
         double t0 = plat_now();
-        for (int32_t i = 0; i < n; i++) compute(jobs[i]); /* (1) */
+        for (int32_t i = 0; i < n; i++)
+            compute(jobs[i]); /* (1) */
         double dt = plat_now() - t0;
         pthread_mutex_lock(&gm->mu);
         gm->st.masks += (uint64_t)n;
@@ -132,7 +134,8 @@ void eng_gmask_begin(eng_gmask *gm, eng_gstate *const *states, int32_t n)
         gm->cap_jobs = n;
     }
     for (int32_t i = 0; i < n; i++)
-        if (states[i] && states[i]->state == GS_ACTIVE && !states[i]->mask_ok) gm->jobs[k++] = states[i];
+        if (states[i] && states[i]->state == GS_ACTIVE && !states[i]->mask_ok)
+            gm->jobs[k++] = states[i];
     gm->n_jobs = k;
     if (k && !gm->started) {
         gm->started = pthread_create(&gm->thread, NULL, worker, gm) == 0;
@@ -150,7 +153,8 @@ void eng_gmask_end(eng_gmask *gm)
     double t0 = plat_now();
     pthread_mutex_lock(&gm->mu);
     int waited = gm->pending;
-    while (gm->pending) pthread_cond_wait(&gm->cv, &gm->mu);
+    while (gm->pending)
+        pthread_cond_wait(&gm->cv, &gm->mu);
     if (waited) gm->st.wait_s += plat_now() - t0;
     gm->n_jobs = 0;
     pthread_mutex_unlock(&gm->mu);
@@ -158,8 +162,8 @@ void eng_gmask_end(eng_gmask *gm)
 
 /* ---------------------------------------------------------------- states */
 
-kiln_code eng_gstate_create(eng_gmask *gm, gr_grammar *g, const int32_t *triggers, int32_t n_triggers,
-                            eng_gstate **out, kiln_err *err)
+kiln_code eng_gstate_create(eng_gmask *gm, gr_grammar *g, const int32_t *triggers,
+                            int32_t n_triggers, eng_gstate **out, kiln_err *err)
 {
     *out = NULL;
     if (!gm->v) {
@@ -240,15 +244,17 @@ static void stops_fix(const eng_gstate *gs, uint64_t *bits, const int32_t *stop_
     for (int32_t i = 0; i < n_stop; i++) {
         int32_t t = stop_ids[i];
         if (t < 0 || t >= vocab_bits) continue;
-        if (ok) bit_set(bits, t);
-        else bit_clear(bits, t);
+        if (ok)
+            bit_set(bits, t);
+        else
+            bit_clear(bits, t);
     }
 }
 
 int32_t eng_gstate_sample(eng_gstate *gs, const eng_sampling *sp, float *logits, int64_t vocab,
-                          const int32_t *hist, int64_t n_hist, const int32_t *stop_ids, int32_t n_stop,
-                          int32_t remaining, eng_rng *rng, void *scratch, eng_sample_out *out,
-                          kiln_err *err)
+                          const int32_t *hist, int64_t n_hist, const int32_t *stop_ids,
+                          int32_t n_stop, int32_t remaining, eng_rng *rng, void *scratch,
+                          eng_sample_out *out, kiln_err *err)
 {
     if (!gs || gs->state != GS_ACTIVE)
         return eng_sample_row_masked(sp, logits, vocab, hist, n_hist, NULL, rng, scratch, out);
@@ -264,24 +270,29 @@ int32_t eng_gstate_sample(eng_gstate *gs, const eng_sampling *sp, float *logits,
     if (words > gr_vocab_words(gm->v)) words = gr_vocab_words(gm->v);
     stops_fix(gs, gs->mask, stop_ids, n_stop, nbits);
     /* the model may have fewer logits than the tokenizer has ids: clear the tail */
-    if ((int64_t)words * 64 > vocab) gs->mask[words - 1] &= vocab % 64 ? (1ull << (vocab % 64)) - 1 : ~0ull;
-    int32_t tok = eng_sample_row_masked(sp, logits, vocab, hist, n_hist, gs->mask, rng, scratch, out);
+    if ((int64_t)words * 64 > vocab)
+        gs->mask[words - 1] &= vocab % 64 ? (1ull << (vocab % 64)) - 1 : ~0ull;
+    int32_t tok =
+        eng_sample_row_masked(sp, logits, vocab, hist, n_hist, gs->mask, rng, scratch, out);
     if (tok < 0) {
         if (gr_matcher_accepting(gs->m)) return -2; /* a sentence nothing may end: stop */
-        kiln_fail(err, KILN_E_INTERNAL, "grammar: no token can continue the output (the "
+        kiln_fail(err, KILN_E_INTERNAL,
+                  "grammar: no token can continue the output (the "
                   "tokenizer lacks the bytes the grammar needs)");
         return -1;
     }
     /* the length budget: after this token R-1 tokens are left, one byte each at worst */
     int32_t left = remaining - 1;
     bool is_stop = false;
-    for (int32_t i = 0; i < n_stop && !is_stop; i++) is_stop = stop_ids[i] == tok;
+    for (int32_t i = 0; i < n_stop && !is_stop; i++)
+        is_stop = stop_ids[i] == tok;
     if (is_stop || left < 0 || gr_matcher_distance(gs->m) > remaining) return tok;
     if (gr_matcher_distance_after(gs->m, tok) <= left) return tok;
     kiln_code rc = gr_matcher_mask_within(gs->m, left, gs->scratch, err);
     if (rc) return -1;
     stops_fix(gs, gs->scratch, stop_ids, n_stop, nbits);
-    for (size_t w = 0; w < words; w++) gs->scratch[w] &= gs->mask[w];
+    for (size_t w = 0; w < words; w++)
+        gs->scratch[w] &= gs->mask[w];
     if (!bit_get(gs->scratch, tok)) {
         eng_sampling plain = *sp; /* the processors already ran on these logits */
         plain.n_bias = 0;

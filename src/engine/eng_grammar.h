@@ -35,9 +35,9 @@ typedef struct eng_gmask eng_gmask;
 typedef struct eng_gstate eng_gstate;
 
 typedef struct {
-    uint64_t masks;       /* masks computed */
-    double mask_s;        /* time computing them (worker) */
-    double wait_s;        /* time the engine waited for them after its forward pass */
+    uint64_t masks;          /* masks computed */
+    double mask_s;           /* time computing them (worker) */
+    double wait_s;           /* time the engine waited for them after its forward pass */
     uint64_t budget_redraws; /* draws repeated under the length budget */
 } eng_gmask_stats;
 
@@ -47,11 +47,11 @@ kiln_code eng_gmask_create(const tok_tokenizer *tok, eng_gmask **out, kiln_err *
 void eng_gmask_destroy(eng_gmask *gm); /* NULL is a no-op; joins the worker */
 eng_gmask_stats eng_gmask_get_stats(const eng_gmask *gm);
 /* g is retained; triggers copied. */
-kiln_code eng_gstate_create(eng_gmask *gm, gr_grammar *g, const int32_t *triggers, int32_t n_triggers,
-                            eng_gstate **out, kiln_err *err);
+kiln_code eng_gstate_create(eng_gmask *gm, gr_grammar *g, const int32_t *triggers,
+                            int32_t n_triggers, eng_gstate **out, kiln_err *err);
 void eng_gstate_free(eng_gstate *gs); /* NULL is a no-op */
 bool eng_gstate_active(const eng_gstate *gs);
-bool eng_gstate_done(const eng_gstate *gs); /* the grammar allows nothing more */
+bool eng_gstate_done(const eng_gstate *gs);     /* the grammar allows nothing more */
 bool eng_gstate_complete(const eng_gstate *gs); /* ACTIVE or DONE, and the output is a sentence */
 /* Starts computing the masks of the ACTIVE states among states[0..n). */
 void eng_gmask_begin(eng_gmask *gm, eng_gstate *const *states, int32_t n);
@@ -62,10 +62,10 @@ void eng_gmask_end(eng_gmask *gm);
  * including this one. Returns the token, or -1 with *err set; -2 when nothing
  * may follow and the request must end (a sentence, but no id may end it). */
 int32_t eng_gstate_sample(eng_gstate *gs, const eng_sampling *sp, float *logits, int64_t vocab,
-                          const int32_t *hist, int64_t n_hist,      /* penalties' history */
-                          const int32_t *stop_ids, int32_t n_stop,  /* ids that end it */
-                          int32_t remaining, eng_rng *rng, void *scratch,
-                          eng_sample_out *out, kiln_err *err);      /* OUT */
+                          const int32_t *hist, int64_t n_hist,     /* penalties' history */
+                          const int32_t *stop_ids, int32_t n_stop, /* ids that end it */
+                          int32_t remaining, eng_rng *rng, void *scratch, eng_sample_out *out,
+                          kiln_err *err); /* OUT */
 /* Advances over a sampled (or replayed) token. */
 kiln_code eng_gstate_accept(eng_gstate *gs, int32_t tok, bool is_stop, kiln_err *err);
 

@@ -96,9 +96,9 @@ gr_grammar_info gr_grammar_get_info(const gr_grammar *g);
  * Expressions live in the builder; every constructor returns < 0 once the
  * builder has failed (the first error is kept; gr_builder_compile reports it). */
 kiln_code gr_builder_create(const gr_options *o, gr_builder **out, kiln_err *err);
-void gr_builder_destroy(gr_builder *b); /* NULL is a no-op */
-gr_expr gr_lit(gr_builder *b, const char *s, size_t n);          /* these bytes */
-gr_expr gr_str(gr_builder *b, const char *s);                    /* NUL-terminated bytes */
+void gr_builder_destroy(gr_builder *b);                 /* NULL is a no-op */
+gr_expr gr_lit(gr_builder *b, const char *s, size_t n); /* these bytes */
+gr_expr gr_str(gr_builder *b, const char *s);           /* NUL-terminated bytes */
 /* A code point class: pairs [lo, hi] inclusive (n_pairs of them); negate: the
  * complement within U+0000..U+10FFFF. Surrogates are never matched. */
 gr_expr gr_class(gr_builder *b, const uint32_t *pairs, size_t n_pairs, bool negate);
@@ -121,8 +121,8 @@ kiln_code gr_builder_add_gbnf(gr_builder *b, const char *text, size_t len, const
 /* A JSON Schema into b; *out = an expression matching exactly the values it
  * allows (a subset, see docs/structured-output.md). strict: objects without
  * `additionalProperties` get no unlisted properties (OpenAI's strict mode). */
-kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, bool strict,
-                                     gr_expr *out, kiln_err *err);
+kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, bool strict, gr_expr *out,
+                                     kiln_err *err);
 /* JSON whitespace between tokens (options' json_ws_max). */
 gr_expr gr_json_ws(gr_builder *b);
 /* The builder's first error (the code; KILN_OK while none). */
@@ -151,8 +151,7 @@ kiln_code gr_matcher_accept_bytes(gr_matcher *m, const char *s, size_t n, kiln_e
 int32_t gr_matcher_distance_after(gr_matcher *m, int32_t tok);
 /* The allowed tokens after which a sentence can still be completed within
  * max_bytes bytes (a length budget: see docs/structured-output.md). */
-kiln_code gr_matcher_mask_within(gr_matcher *m, int32_t max_bytes, uint64_t *bits,
-                                 kiln_err *err);
+kiln_code gr_matcher_mask_within(gr_matcher *m, int32_t max_bytes, uint64_t *bits, kiln_err *err);
 /* Speculative decoding: advances over the longest allowed prefix of toks and
  * returns its length; gr_matcher_rollback(m, k) undoes the last k accepts. */
 int32_t gr_matcher_try_tokens(gr_matcher *m, const int32_t *toks, int32_t n);

@@ -62,7 +62,8 @@ static int grow(void **p, int32_t *cap, int64_t need, size_t sz)
     if (need <= *cap) return 0;
     if (need > INT32_MAX / 2) return -1;
     int64_t nc = *cap ? *cap : 64;
-    while (nc < need) nc *= 2;
+    while (nc < need)
+        nc *= 2;
     void *q = realloc(*p, (size_t)nc * sz);
     if (!q) return -1;
     *p = q;
@@ -86,7 +87,8 @@ kiln_code gr_builder_create(const gr_options *o, gr_builder **out, kiln_err *err
 void gr_builder_destroy(gr_builder *b)
 {
     if (!b) return;
-    for (int32_t i = 0; i < b->n_rules; i++) free(b->rules[i].name);
+    for (int32_t i = 0; i < b->n_rules; i++)
+        free(b->rules[i].name);
     free(b->rules);
     free(b->nodes);
     free(b->kids);
@@ -382,12 +384,41 @@ gr_expr gr_text_without(gr_builder *b, const char *const *patterns, size_t n)
     return node_new(b, (gr_node){.kind = GR_E_WITHOUT, .a = at, .b = (int32_t)total});
 }
 
+gr_expr gr_class_star_except(gr_builder *b, gr_expr cls, const char *const *names, size_t n)
+{
+    if (b->failed) return -1;
+    if (!valid(b, cls) || b->nodes[cls].kind != GR_E_CLASS) {
+        gr_b_fail(b, KILN_E_INTERNAL, "grammar: class_star_except needs a class");
+        return -1;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += strlen(names[i]) + 1;
+    if (total > (1u << 20) ||
+        grow((void **)&b->bytes, &b->cap_bytes, (int64_t)b->n_bytes + (int64_t)total + 1, 1)) {
+        gr_b_fail(b, KILN_E_NOMEM, "grammar: out of memory");
+        return -1;
+    }
+    int32_t at = b->n_bytes;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(names[i]) + 1;
+        memcpy(b->bytes + b->n_bytes, names[i], l);
+        b->n_bytes += (int32_t)l;
+    }
+    return node_new(b, (gr_node){.kind = GR_E_EXCEPT, .a = cls, .b = at, .min = (int32_t)total});
+}
+
 gr_expr gr_json_ws(gr_builder *b)
 {
     if (b->failed) return -1;
     if (b->ws >= 0) return b->ws;
     if (b->o.json_ws_max <= 0) return b->ws = node_new(b, (gr_node){.kind = GR_E_EMPTY});
+    /* one shared rule, called at every gap: inline, its counter would multiply
+     * the states of every object and array rule by json_ws_max + 1 */
     static const uint32_t ws[] = {'\t', '\n', '\r', '\r', ' ', ' '};
     gr_expr c = gr_class(b, ws, 3, false);
-    return b->ws = gr_rep(b, c, 0, b->o.json_ws_max);
+    gr_rule r = gr_rule_new(b, "ws");
+    if (r < 0) return -1;
+    b->rules[r].body = gr_rep(b, c, 0, b->o.json_ws_max);
+    return b->ws = gr_ref(b, r);
 }

@@ -39,14 +39,18 @@ static int vgrow(void **p, int32_t *cap, int64_t need, size_t sz)
     if (need <= *cap) return 0;
     if (need > INT32_MAX / 2) return -1;
     int64_t nc = *cap ? *cap : 16;
-    while (nc < need) nc *= 2;
+    while (nc < need)
+        nc *= 2;
     void *q = realloc(*p, (size_t)nc * sz);
     if (!q) return -1;
     *p = q;
     *cap = (int32_t)nc;
     return 0;
 }
-#define VPUSH(vec, x) (vgrow((void **)&(vec).v, &(vec).cap, (int64_t)(vec).n + 1, sizeof *(vec).v) ? -1 : ((vec).v[(vec).n++] = (x), 0))
+#define VPUSH(vec, x)                                                                              \
+    (vgrow((void **)&(vec).v, &(vec).cap, (int64_t)(vec).n + 1, sizeof *(vec).v)                   \
+         ? -1                                                                                      \
+         : ((vec).v[(vec).n++] = (x), 0))
 
 /* ------------------------------------------------------------ NFA */
 
@@ -62,8 +66,8 @@ typedef struct {
     gr_builder *b;
     ivec first; /* per NFA state: first edge, -1 none */
     VEC(nedge) edges;
-    int32_t *rmap;      /* builder rule -> compiled rule, -1 unreachable */
-    int32_t total;      /* NFA states over all rules (limit) */
+    int32_t *rmap; /* builder rule -> compiled rule, -1 unreachable */
+    int32_t total; /* NFA states over all rules (limit) */
 } nfa;
 
 typedef struct {
@@ -73,8 +77,10 @@ typedef struct {
 static int32_t nstate(nfa *n)
 {
     if (n->total >= n->b->o.max_nfa_states) {
-        gr_b_fail(n->b, KILN_E_INVALID, "grammar is too large (over %d automaton states before "
-                  "determinization)", (int)n->b->o.max_nfa_states);
+        gr_b_fail(n->b, KILN_E_INVALID,
+                  "grammar is too large (over %d automaton states before "
+                  "determinization)",
+                  (int)n->b->o.max_nfa_states);
         return -1;
     }
     if (VPUSH(n->first, -1)) {
@@ -122,7 +128,7 @@ static frag build_without(nfa *n, const char *pats, int32_t len)
 {
     frag bad = {-1, -1};
     enum { MAXS = 4097 };
-    int32_t (*go)[128] = malloc(sizeof *go * MAXS);
+    int32_t(*go)[128] = malloc(sizeof *go * MAXS);
     int32_t *fail = malloc(sizeof *fail * MAXS), *q = malloc(sizeof *q * MAXS);
     uint8_t *dead = calloc(MAXS, 1), used[128] = {0};
     int32_t *st = malloc(sizeof *st * MAXS);
@@ -150,8 +156,10 @@ static frag build_without(nfa *n, const char *pats, int32_t len)
     int32_t head = 0, tail = 0; /* failure links, breadth first; complete the goto function */
     fail[0] = 0;
     for (int c = 0; c < 128; c++) {
-        if (go[0][c] < 0) go[0][c] = 0;
-        else fail[go[0][c]] = 0, q[tail++] = go[0][c];
+        if (go[0][c] < 0)
+            go[0][c] = 0;
+        else
+            fail[go[0][c]] = 0, q[tail++] = go[0][c];
     }
     while (head < tail) {
         int32_t r = q[head++];
@@ -174,7 +182,8 @@ static frag build_without(nfa *n, const char *pats, int32_t len)
             continue;
         }
         int d = c;
-        while (d + 1 < 128 && !used[d + 1]) d++;
+        while (d + 1 < 128 && !used[d + 1])
+            d++;
         other[2 * no] = (uint32_t)c, other[2 * no + 1] = (uint32_t)d, no++;
         c = d + 1;
     }
@@ -182,12 +191,14 @@ static frag build_without(nfa *n, const char *pats, int32_t len)
     other[2 * no] = 0xE000, other[2 * no + 1] = GR_MAX_CP, no++;
     int32_t end = nstate(n);
     if (end < 0) goto done;
-    for (int32_t s = 0; s < ns; s++) st[s] = dead[s] ? -1 : nstate(n);
+    for (int32_t s = 0; s < ns; s++)
+        st[s] = dead[s] ? -1 : nstate(n);
     for (int32_t s = 0; s < ns; s++) {
         if (dead[s]) continue;
         if (st[s] < 0 || nedge_add(n, st[s], end, SYM_EPS, 0, 0)) goto done;
         for (int c = 0; c < 128; c++)
-            if (used[c] && !dead[go[s][c]] && nedge_add(n, st[s], st[go[s][c]], SYM_BYTES, (uint8_t)c, (uint8_t)c))
+            if (used[c] && !dead[go[s][c]] &&
+                nedge_add(n, st[s], st[go[s][c]], SYM_BYTES, (uint8_t)c, (uint8_t)c))
                 goto done;
         class_ctx cc = {n, st[s], st[0]};
         for (int k = 0; k < no; k++)
@@ -200,6 +211,128 @@ done:
     free(q);
     free(dead);
     free(st);
+    return out;
+}
+
+static uint32_t next_cp(const unsigned char **p)
+{
+    const unsigned char *u = *p;
+    uint32_t c = *u;
+    int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+    if (k > 1) c &= (1u << (7 - k)) - 1;
+    for (int i = 1; i < k && u[i]; i++)
+        c = c << 6 | (u[i] & 0x3F);
+    for (int i = 0; i < k && **p; i++)
+        (*p)++;
+    return c;
+}
+
+static bool in_class(const gr_builder *b, const gr_node *cls, uint32_t c)
+{
+    for (int32_t i = 0; i < cls->b; i++)
+        if (c >= b->ranges[cls->a + 2 * i] && c <= b->ranges[cls->a + 2 * i + 1]) return true;
+    return false;
+}
+
+/* Strings of class characters unequal to every name: a trie over the names'
+ * characters (those in the class); from each node a character no name
+ * continues with leads to a free state that loops on the class; every state
+ * but a name's end is final. */
+static frag build_except(nfa *n, const gr_node *nd)
+{
+    frag bad = {-1, -1};
+    gr_builder *b = n->b;
+    const gr_node *cls = &b->nodes[nd->a];
+    const char *names = (const char *)b->bytes + nd->b;
+    int32_t total = nd->min;
+    /* trie: node 0 root; kids as (parent, cp) -> child in a flat list */
+    int32_t cap = total + 2, nn = 1;
+    int32_t *parent = malloc(sizeof *parent * (size_t)cap);
+    uint32_t *cp = malloc(sizeof *cp * (size_t)cap);
+    uint8_t *term = calloc((size_t)cap, 1);
+    int32_t *st = malloc(sizeof *st * (size_t)cap);
+    uint32_t *pairs = malloc(sizeof *pairs * 2 * ((size_t)cls->b + (size_t)cap + 2));
+    frag out = bad;
+    if (!parent || !cp || !term || !st || !pairs) {
+        gr_b_fail(b, KILN_E_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    for (int32_t i = 0; i < total;) {
+        const unsigned char *p = (const unsigned char *)names + i;
+        int32_t cur = 0;
+        bool live = true;
+        while (*p) {
+            uint32_t c = next_cp(&p);
+            if (!live) continue;
+            if (!in_class(b, cls, c)) { /* no string of the class holds it */
+                live = false;
+                continue;
+            }
+            int32_t k = -1;
+            for (int32_t j = 1; j < nn && k < 0; j++)
+                if (parent[j] == cur && cp[j] == c) k = j;
+            if (k < 0) {
+                parent[nn] = cur;
+                cp[nn] = c;
+                k = nn++;
+            }
+            cur = k;
+        }
+        if (live) term[cur] = 1;
+        i = (int32_t)((const char *)p - names) + 1;
+    }
+    int32_t end = nstate(n), free_st = nstate(n);
+    if (free_st < 0) goto done;
+    for (int32_t j = 0; j < nn; j++)
+        if ((st[j] = nstate(n)) < 0) goto done;
+    if (nedge_add(n, free_st, end, SYM_EPS, 0, 0)) goto done;
+    class_ctx loop = {n, free_st, free_st};
+    for (int32_t k = 0; k < cls->b; k++)
+        if (gr_utf8_ranges(b->ranges[cls->a + 2 * k], b->ranges[cls->a + 2 * k + 1], class_emit,
+                           &loop))
+            goto done;
+    for (int32_t t = 0; t < nn; t++) {
+        if (!term[t] && nedge_add(n, st[t], end, SYM_EPS, 0, 0)) goto done;
+        /* the class minus the kids' characters: to the free state */
+        int32_t np = 0;
+        for (int32_t k = 0; k < cls->b; k++) {
+            uint32_t lo = b->ranges[cls->a + 2 * k], hi = b->ranges[cls->a + 2 * k + 1];
+            pairs[2 * np] = lo, pairs[2 * np + 1] = hi, np++;
+        }
+        for (int32_t j = 1; j < nn; j++) {
+            if (parent[j] != t) continue;
+            class_ctx cc = {n, st[t], st[j]};
+            if (gr_utf8_ranges(cp[j], cp[j], class_emit, &cc)) goto done;
+            /* cut cp[j] out of the ranges */
+            for (int32_t k = 0; k < np; k++) {
+                uint32_t lo = pairs[2 * k], hi = pairs[2 * k + 1], c = cp[j];
+                if (c < lo || c > hi) continue;
+                if (lo == hi)
+                    pairs[2 * k] = 1, pairs[2 * k + 1] = 0; /* empty */
+                else if (c == lo)
+                    pairs[2 * k] = lo + 1;
+                else if (c == hi)
+                    pairs[2 * k + 1] = hi - 1;
+                else {
+                    pairs[2 * k + 1] = c - 1;
+                    pairs[2 * np] = c + 1, pairs[2 * np + 1] = hi, np++;
+                }
+                break;
+            }
+        }
+        class_ctx dev = {n, st[t], free_st};
+        for (int32_t k = 0; k < np; k++)
+            if (pairs[2 * k] <= pairs[2 * k + 1] &&
+                gr_utf8_ranges(pairs[2 * k], pairs[2 * k + 1], class_emit, &dev))
+                goto done;
+    }
+    out = (frag){st[0], end};
+done:
+    free(parent);
+    free(cp);
+    free(term);
+    free(st);
+    free(pairs);
     return out;
 }
 
@@ -226,7 +359,8 @@ static frag build_rep(nfa *n, const gr_node *nd, int depth)
     if (end < 0) return bad;
     for (int32_t i = nd->min; i < nd->max; i++) { /* (x(x(x)?)?)? */
         frag f = build(n, nd->a, depth + 1);
-        if (f.s < 0 || nedge_add(n, cur, end, SYM_EPS, 0, 0) || nedge_add(n, cur, f.s, SYM_EPS, 0, 0))
+        if (f.s < 0 || nedge_add(n, cur, end, SYM_EPS, 0, 0) ||
+            nedge_add(n, cur, f.s, SYM_EPS, 0, 0))
             return bad;
         cur = f.e;
     }
@@ -267,7 +401,8 @@ static frag build(nfa *n, gr_expr x, int depth)
         class_ctx c = {n, nstate(n), nstate(n)};
         if (c.e < 0) return bad;
         for (int32_t i = 0; i < nd->b; i++)
-            if (gr_utf8_ranges(b->ranges[nd->a + 2 * i], b->ranges[nd->a + 2 * i + 1], class_emit, &c))
+            if (gr_utf8_ranges(b->ranges[nd->a + 2 * i], b->ranges[nd->a + 2 * i + 1], class_emit,
+                               &c))
                 return bad;
         return (frag){c.s, c.e};
     }
@@ -276,9 +411,12 @@ static frag build(nfa *n, gr_expr x, int depth)
         for (int32_t i = 0; i < nd->b; i++) {
             frag g = build(n, b->kids[nd->a + i], depth + 1);
             if (g.s < 0) return bad;
-            if (f.s < 0) f = g;
-            else if (nedge_add(n, f.e, g.s, SYM_EPS, 0, 0)) return bad;
-            else f.e = g.e;
+            if (f.s < 0)
+                f = g;
+            else if (nedge_add(n, f.e, g.s, SYM_EPS, 0, 0))
+                return bad;
+            else
+                f.e = g.e;
         }
         return f;
     }
@@ -287,7 +425,8 @@ static frag build(nfa *n, gr_expr x, int depth)
         if (e < 0) return bad;
         for (int32_t i = 0; i < nd->b; i++) {
             frag g = build(n, b->kids[nd->a + i], depth + 1);
-            if (g.s < 0 || nedge_add(n, s, g.s, SYM_EPS, 0, 0) || nedge_add(n, g.e, e, SYM_EPS, 0, 0))
+            if (g.s < 0 || nedge_add(n, s, g.s, SYM_EPS, 0, 0) ||
+                nedge_add(n, g.e, e, SYM_EPS, 0, 0))
                 return bad;
         }
         return (frag){s, e};
@@ -299,8 +438,12 @@ static frag build(nfa *n, gr_expr x, int depth)
         if (e < 0 || nedge_add(n, s, e, n->rmap[nd->a], 0, 0)) return bad;
         return (frag){s, e};
     }
-    case GR_E_AND: break; /* only a whole rule body (compile_rules) */
-    case GR_E_WITHOUT: return build_without(n, (const char *)b->bytes + nd->a, nd->b);
+    case GR_E_AND:
+        break; /* only a whole rule body (compile_rules) */
+    case GR_E_WITHOUT:
+        return build_without(n, (const char *)b->bytes + nd->a, nd->b);
+    case GR_E_EXCEPT:
+        return build_except(n, nd);
     }
     gr_b_fail(b, KILN_E_INTERNAL, "grammar: unknown node kind %d", nd->kind);
     return bad;
@@ -316,19 +459,23 @@ static int64_t esize(const gr_builder *b, gr_expr x, int depth)
     if (depth > 200) return 1 << 20;
     int64_t s = 1;
     switch (nd->kind) {
-    case GR_E_BYTES: return nd->b + 1;
-    case GR_E_CLASS: return 2 + 3 * (int64_t)nd->b;
+    case GR_E_BYTES:
+        return nd->b + 1;
+    case GR_E_CLASS:
+        return 2 + 3 * (int64_t)nd->b;
     case GR_E_SEQ:
     case GR_E_ALT:
     case GR_E_AND:
-        for (int32_t i = 0; i < nd->b && s < (1 << 20); i++) s += esize(b, b->kids[nd->a + i], depth + 1);
+        for (int32_t i = 0; i < nd->b && s < (1 << 20); i++)
+            s += esize(b, b->kids[nd->a + i], depth + 1);
         return s;
     case GR_E_REP: {
         int64_t c = esize(b, nd->a, depth + 1);
         int64_t k = nd->max < 0 ? nd->min + 1 : nd->max;
         return c * k > (1 << 20) ? (1 << 20) : c * k + 2;
     }
-    default: return 2;
+    default:
+        return 2;
     }
 }
 
@@ -340,7 +487,8 @@ static void hoist(gr_builder *b, gr_expr x, const char *name, int depth, uint8_t
     seen[x] = 1;
     gr_node nd = b->nodes[x];
     if (nd.kind == GR_E_SEQ || nd.kind == GR_E_ALT) {
-        for (int32_t i = 0; i < nd.b; i++) hoist(b, b->kids[nd.a + i], name, depth + 1, seen);
+        for (int32_t i = 0; i < nd.b; i++)
+            hoist(b, b->kids[nd.a + i], name, depth + 1, seen);
     } else if (nd.kind == GR_E_REP) {
         hoist(b, nd.a, name, depth + 1, seen);
         int64_t k = nd.max < 0 ? nd.min + 1 : nd.max;
@@ -366,10 +514,10 @@ typedef struct {
 typedef struct {
     int32_t n_states, n_classes, start;
     uint8_t cls[256];
-    uint8_t *final;   /* [n_states] */
-    int32_t *trans;   /* [n_states * n_classes], -1 none */
-    int32_t *coff;    /* [n_states + 1] */
-    dcall *calls;     /* sorted by (state, sym); sym = compiled rule */
+    uint8_t *final; /* [n_states] */
+    int32_t *trans; /* [n_states * n_classes], -1 none */
+    int32_t *coff;  /* [n_states + 1] */
+    dcall *calls;   /* sorted by (state, sym); sym = compiled rule */
     int32_t n_calls;
 } rdfa;
 
@@ -385,8 +533,8 @@ static void rdfa_free(rdfa *d)
 /* interning of sorted NFA state sets */
 typedef struct {
     ivec pool;
-    ivec off;  /* per DFA state: offset in pool; length = off[i+1]-off[i] */
-    int32_t *tab;      /* open addressing: DFA state + 1, 0 empty */
+    ivec off;     /* per DFA state: offset in pool; length = off[i+1]-off[i] */
+    int32_t *tab; /* open addressing: DFA state + 1, 0 empty */
     uint32_t mask;
 } setmap;
 
@@ -403,7 +551,8 @@ static int setmap_rehash(setmap *m)
     for (int32_t i = 0; i + 1 < m->off.n; i++) {
         uint64_t h = set_hash(m->pool.v + m->off.v[i], m->off.v[i + 1] - m->off.v[i]);
         uint32_t j = (uint32_t)h & (cap - 1);
-        while (t[j]) j = (j + 1) & (cap - 1);
+        while (t[j])
+            j = (j + 1) & (cap - 1);
         t[j] = i + 1;
     }
     free(m->tab);
@@ -511,7 +660,8 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
             }
             for (int32_t k = n->first.v[x]; k >= 0; k = n->edges.v[k].next) {
                 nedge *ed = &n->edges.v[k];
-                if (ed->sym == SYM_BYTES) mark[ed->lo] = mark[ed->hi + 1] = 1;
+                if (ed->sym == SYM_BYTES)
+                    mark[ed->lo] = mark[ed->hi + 1] = 1;
                 else if (ed->sym >= 0 && VPUSH(syms, ed->sym)) {
                     free(st.v);
                     goto nomem;
@@ -589,8 +739,10 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
             qsort(cur.v, (size_t)cur.n, sizeof *cur.v, cmp_i32);
             int32_t T = setmap_get(&m, cur.v, cur.n, &added);
             if (T < 0) goto nomem2;
-            if (key < 256) trans.v[row + key] = T;
-            else if (VPUSH(calls, ((dcall){syms.v[key - 256], T}))) goto nomem2;
+            if (key < 256)
+                trans.v[row + key] = T;
+            else if (VPUSH(calls, ((dcall){syms.v[key - 256], T})))
+                goto nomem2;
             i = j;
         }
     }
@@ -640,7 +792,8 @@ static int minimize(gr_builder *b, rdfa *d)
     setmap m = {0};
     int32_t *order = NULL, *newid = NULL;
     if (!blk || !nb || !sig) goto nomem;
-    for (int32_t s = 0; s < n; s++) blk[s] = d->final[s];
+    for (int32_t s = 0; s < n; s++)
+        blk[s] = d->final[s];
     int32_t nblk = -1;
     for (;;) {
         setmap_free(&m);
@@ -667,13 +820,15 @@ static int minimize(gr_builder *b, rdfa *d)
     }
     /* BFS from the start block over representative states */
     int32_t *rep = nb; /* reuse: representative state of each block */
-    for (int32_t i = 0; i < nblk; i++) rep[i] = -1;
+    for (int32_t i = 0; i < nblk; i++)
+        rep[i] = -1;
     for (int32_t s = 0; s < n; s++)
         if (rep[blk[s]] < 0) rep[blk[s]] = s;
     order = malloc(sizeof(int32_t) * (size_t)nblk);
     newid = malloc(sizeof(int32_t) * (size_t)nblk);
     if (!order || !newid) goto nomem;
-    for (int32_t i = 0; i < nblk; i++) newid[i] = -1;
+    for (int32_t i = 0; i < nblk; i++)
+        newid[i] = -1;
     int32_t head = 0, tail = 0;
     newid[blk[0]] = tail;
     order[tail++] = blk[0];
@@ -819,7 +974,8 @@ void gr_grammar_retain(gr_grammar *g)
 static void grammar_free(gr_grammar *g)
 {
     if (!g) return;
-    for (int32_t i = 0; i < g->n_rules; i++) free(g->rules[i].name);
+    for (int32_t i = 0; i < g->n_rules; i++)
+        free(g->rules[i].name);
     free(g->rules);
     free(g->flags);
     free(g->rule_of);
@@ -839,9 +995,12 @@ void gr_grammar_release(gr_grammar *g)
 
 gr_grammar_info gr_grammar_get_info(const gr_grammar *g)
 {
-    gr_grammar_info in = {.rules = g->n_rules, .states = g->n_states, .nfa_states = g->nfa_states,
+    gr_grammar_info in = {.rules = g->n_rules,
+                          .states = g->n_states,
+                          .nfa_states = g->nfa_states,
                           .compile_s = g->compile_s};
-    for (int32_t i = 0; i < g->n_rules; i++) in.leaf_rules += g->rules[i].leaf_blob >= 0;
+    for (int32_t i = 0; i < g->n_rules; i++)
+        in.leaf_rules += g->rules[i].leaf_blob >= 0;
     return in;
 }
 
@@ -851,35 +1010,137 @@ static int32_t sat_add(int32_t a, int32_t b)
     return s >= GR_INF_DIST ? GR_INF_DIST : (int32_t)s;
 }
 
-/* Fewest bytes from each state to its rule's end, with calls costing their
- * callee's fewest bytes: a fixpoint (values only decrease). */
-static void distances(gr_grammar *g)
+/* Fewest bytes from each state to its rule's end, a call costing its
+ * callee's fewest bytes: Knuth's generalization of Dijkstra's algorithm.
+ * States are settled in order of distance from the final ones, backwards; a
+ * call edge p --R--> ret is relaxed once both R's start and ret are settled.
+ * Returns -1 on OOM (the caller fails the compile). */
+typedef struct {
+    int32_t d, s;
+} hitem;
+
+static void heap_push(hitem *h, int32_t *n, hitem x)
 {
-    for (int32_t s = 0; s < g->n_states; s++) g->dist[s] = GR_INF_DIST;
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int32_t r = g->n_rules - 1; r >= 0; r--) {
-            const gr_crule *R = &g->rules[r];
-            for (int inner = 1; inner;) {
-                inner = 0;
-                for (int32_t s = R->first + R->n_states - 1; s >= R->first; s--) {
-                    int32_t best = g->flags[s] & GR_ST_FINAL ? 0 : GR_INF_DIST;
-                    for (int32_t c = 0; c < R->n_classes; c++) {
-                        int32_t t = g->trans[g->row[s] + c];
-                        if (t >= 0 && g->dist[t] + 1 < best) best = g->dist[t] + 1;
-                    }
-                    for (int32_t j = g->call_off[s]; j < g->call_off[s + 1]; j++) {
-                        int32_t v = sat_add(g->dist[g->calls[j].start], g->dist[g->calls[j].ret]);
-                        if (v < best) best = v;
-                    }
-                    if (best < g->dist[s]) {
-                        g->dist[s] = best;
-                        inner = changed = 1;
-                    }
-                }
+    int32_t i = (*n)++;
+    while (i > 0) {
+        int32_t p = (i - 1) / 2;
+        if (h[p].d <= x.d) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+}
+
+static hitem heap_pop(hitem *h, int32_t *n)
+{
+    hitem top = h[0], x = h[--*n];
+    int32_t i = 0;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1].d < h[c].d) c++;
+        if (x.d <= h[c].d) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+    return top;
+}
+
+static int distances(gr_grammar *g)
+{
+    int32_t S = g->n_states;
+    int32_t C = g->call_off[S];
+    int64_t E = 0;
+    for (int32_t s = 0; s < S; s++)
+        E += g->rules[g->rule_of[s]].n_classes;
+    int32_t *boff = calloc((size_t)S + 1, sizeof *boff); /* byte predecessors (CSR) */
+    int32_t *bpred = malloc(sizeof *bpred * (size_t)(E + 1));
+    int32_t *coff = calloc((size_t)S + 1, sizeof *coff); /* calls touching a state */
+    int32_t *cref = malloc(sizeof *cref * (size_t)(2 * C + 1));
+    int32_t *cfrom = malloc(sizeof *cfrom * (size_t)(C + 1));
+    uint8_t *done = calloc((size_t)S, 1);
+    hitem *heap = malloc(sizeof *heap * (size_t)(E + 2 * C + S + 1));
+    int rc = -1;
+    if (!boff || !bpred || !coff || !cref || !cfrom || !done || !heap) goto out;
+    /* CSR: count, prefix-sum, fill (a class run with one target counts once) */
+    for (int32_t s = 0; s < S; s++) {
+        const gr_crule *R = &g->rules[g->rule_of[s]];
+        for (int32_t c = 0; c < R->n_classes; c++) {
+            int32_t t = g->trans[g->row[s] + c];
+            if (t >= 0 && (c == 0 || g->trans[g->row[s] + c - 1] != t)) boff[t + 1]++;
+        }
+        for (int32_t j = g->call_off[s]; j < g->call_off[s + 1]; j++) {
+            cfrom[j] = s;
+            coff[g->calls[j].start + 1]++;
+            if (g->calls[j].ret != g->calls[j].start) coff[g->calls[j].ret + 1]++;
+        }
+    }
+    for (int32_t s = 0; s < S; s++)
+        boff[s + 1] += boff[s], coff[s + 1] += coff[s];
+    {
+        int32_t *bf = malloc(sizeof *bf * (size_t)S), *cf = malloc(sizeof *cf * (size_t)S);
+        if (!bf || !cf) {
+            free(bf);
+            free(cf);
+            goto out;
+        }
+        memcpy(bf, boff, sizeof *bf * (size_t)S);
+        memcpy(cf, coff, sizeof *cf * (size_t)S);
+        for (int32_t s = 0; s < S; s++) {
+            const gr_crule *R = &g->rules[g->rule_of[s]];
+            for (int32_t c = 0; c < R->n_classes; c++) {
+                int32_t t = g->trans[g->row[s] + c];
+                if (t >= 0 && (c == 0 || g->trans[g->row[s] + c - 1] != t)) bpred[bf[t]++] = s;
+            }
+            for (int32_t j = g->call_off[s]; j < g->call_off[s + 1]; j++) {
+                cref[cf[g->calls[j].start]++] = j;
+                if (g->calls[j].ret != g->calls[j].start) cref[cf[g->calls[j].ret]++] = j;
+            }
+        }
+        free(bf);
+        free(cf);
+    }
+    int32_t hn = 0;
+    for (int32_t s = 0; s < S; s++) {
+        g->dist[s] = GR_INF_DIST;
+        if (g->flags[s] & GR_ST_FINAL) {
+            g->dist[s] = 0;
+            heap_push(heap, &hn, (hitem){0, s});
+        }
+    }
+    while (hn) {
+        hitem x = heap_pop(heap, &hn);
+        if (done[x.s] || x.d != g->dist[x.s]) continue;
+        done[x.s] = 1;
+        for (int32_t k = boff[x.s]; k < boff[x.s + 1]; k++) {
+            int32_t p = bpred[k];
+            if (!done[p] && x.d + 1 < g->dist[p]) {
+                g->dist[p] = x.d + 1;
+                heap_push(heap, &hn, (hitem){x.d + 1, p});
+            }
+        }
+        for (int32_t k = coff[x.s]; k < coff[x.s + 1]; k++) {
+            const gr_call *cl = &g->calls[cref[k]];
+            if (!done[cl->start] || !done[cl->ret]) continue;
+            int32_t p = cfrom[cref[k]];
+            int32_t v = sat_add(g->dist[cl->start], g->dist[cl->ret]);
+            if (!done[p] && v < g->dist[p]) {
+                g->dist[p] = v;
+                heap_push(heap, &hn, (hitem){v, p});
             }
         }
     }
+    rc = 0;
+out:
+    free(boff);
+    free(bpred);
+    free(coff);
+    free(cref);
+    free(cfrom);
+    free(done);
+    free(heap);
+    return rc;
 }
 
 /* Removes edges into states that can never finish (invariant 1). */
@@ -907,7 +1168,8 @@ static void prune(gr_grammar *g)
             int32_t r = g->calls[j].ret;
             const gr_crule *R = &g->rules[g->rule_of[r]];
             int edges = g->call_off[r] != g->call_off[r + 1];
-            for (int32_t c = 0; c < R->n_classes && !edges; c++) edges = g->trans[g->row[r] + c] >= 0;
+            for (int32_t c = 0; c < R->n_classes && !edges; c++)
+                edges = g->trans[g->row[r] + c] >= 0;
             g->calls[j].tail = (g->flags[r] & GR_ST_FINAL) && !edges;
         }
 }
@@ -942,8 +1204,10 @@ static int left_recursion(gr_grammar *g, gr_builder *b)
         }
     }
     qsort(ed.v, (size_t)ed.n, sizeof *ed.v, cmp_kt);
-    for (int32_t i = 0; i < ed.n; i++) adj_off[ed.v[i].key + 1]++;
-    for (int32_t r = 0; r < R; r++) adj_off[r + 1] += adj_off[r];
+    for (int32_t i = 0; i < ed.n; i++)
+        adj_off[ed.v[i].key + 1]++;
+    for (int32_t r = 0; r < R; r++)
+        adj_off[r + 1] += adj_off[r];
     /* cycle search: iterative DFS with colors (1 on the path, 2 done) */
     for (int32_t r0 = 0; r0 < R && !rc; r0++) {
         if (color[r0]) continue;
@@ -960,8 +1224,10 @@ static int left_recursion(gr_grammar *g, gr_builder *b)
             }
             int32_t t = ed.v[it[r]++].to;
             if (color[t] == 1) {
-                gr_b_fail(b, KILN_E_INVALID, "grammar: rule '%s' is left-recursive (it can reach "
-                          "itself without consuming input)", g->rules[t].name);
+                gr_b_fail(b, KILN_E_INVALID,
+                          "grammar: rule '%s' is left-recursive (it can reach "
+                          "itself without consuming input)",
+                          g->rules[t].name);
                 rc = -1;
             } else if (!color[t]) {
                 color[t] = 1;
@@ -995,7 +1261,8 @@ static int leaves(gr_grammar *g)
         for (int32_t s = R->first; s < R->first + R->n_states && leaf; s++)
             leaf = g->call_off[s] == g->call_off[s + 1];
         if (!leaf) continue;
-        R->leaf_blob_len = (int32_t)(8 + 256 + (size_t)R->n_states * (1 + 4 * (size_t)R->n_classes));
+        R->leaf_blob_len =
+            (int32_t)(8 + 256 + (size_t)R->n_states * (1 + 4 * (size_t)R->n_classes));
         total += (size_t)R->leaf_blob_len;
         R->leaf_blob = 0; /* placed below */
     }
@@ -1031,7 +1298,8 @@ static int leaves(gr_grammar *g)
 /* Rules reachable from root, in discovery order (root first). */
 static int reachable(gr_builder *b, gr_rule root, int32_t *rmap, int32_t *order, int32_t *n_order)
 {
-    for (int32_t i = 0; i < b->n_rules; i++) rmap[i] = -1;
+    for (int32_t i = 0; i < b->n_rules; i++)
+        rmap[i] = -1;
     int32_t n = 0;
     rmap[root] = n;
     order[n++] = root;
@@ -1057,7 +1325,8 @@ static int reachable(gr_builder *b, gr_rule root, int32_t *rmap, int32_t *order,
             seen[x] = 1;
             const gr_node *nd = &b->nodes[x];
             if (nd->kind == GR_E_SEQ || nd->kind == GR_E_ALT || nd->kind == GR_E_AND) {
-                for (int32_t i = 0; i < nd->b; i++) stk[sp++] = b->kids[nd->a + i];
+                for (int32_t i = 0; i < nd->b; i++)
+                    stk[sp++] = b->kids[nd->a + i];
             } else if (nd->kind == GR_E_REP) {
                 stk[sp++] = nd->a;
             } else if (nd->kind == GR_E_REF && rmap[nd->a] < 0) {
@@ -1092,7 +1361,8 @@ static kiln_code compile_rules(gr_builder *b, int32_t *rmap, int32_t *order, int
             ns[i] = ne[i] = -1;
             for (int32_t k = 0; k < nd->b && !b->failed; k++) {
                 frag f = build(&n, b->kids[nd->a + k], 0);
-                if (VPUSH(parts, f.s) || VPUSH(parts, f.e)) gr_b_fail(b, KILN_E_NOMEM, "grammar: out of memory");
+                if (VPUSH(parts, f.s) || VPUSH(parts, f.e))
+                    gr_b_fail(b, KILN_E_NOMEM, "grammar: out of memory");
             }
         } else {
             frag f = build(&n, b->rules[order[i]].body, 0);
@@ -1121,7 +1391,8 @@ static kiln_code compile_rules(gr_builder *b, int32_t *rmap, int32_t *order, int
         }
         for (int32_t k = 0; k < nd->b && !b->failed; k++, pk++) {
             rdfa part;
-            if (determinize(&n, &cl, parts.v[2 * pk], parts.v[2 * pk + 1], &dfa_total, &part)) break;
+            if (determinize(&n, &cl, parts.v[2 * pk], parts.v[2 * pk + 1], &dfa_total, &part))
+                break;
             if (minimize(b, &part)) {
                 rdfa_free(&part);
                 break;
@@ -1157,8 +1428,8 @@ static kiln_code compile_rules(gr_builder *b, int32_t *rmap, int32_t *order, int
     g->call_off = malloc(sizeof(int32_t) * ((size_t)states + 1));
     g->calls = malloc(sizeof(gr_call) * ((size_t)calls + 1));
     g->dist = malloc(sizeof(int32_t) * ((size_t)states + 1));
-    if (!g->rules || !g->flags || !g->rule_of || !g->row || !g->trans || !g->call_off || !g->calls ||
-        !g->dist) {
+    if (!g->rules || !g->flags || !g->rule_of || !g->row || !g->trans || !g->call_off ||
+        !g->calls || !g->dist) {
         gr_b_fail(b, KILN_E_NOMEM, "grammar: out of memory");
         goto out;
     }
@@ -1197,7 +1468,8 @@ static kiln_code compile_rules(gr_builder *b, int32_t *rmap, int32_t *order, int
     g->call_off[states] = cs;
 out:
     if (d)
-        for (int32_t i = 0; i < nr; i++) rdfa_free(&d[i]);
+        for (int32_t i = 0; i < nr; i++)
+            rdfa_free(&d[i]);
     free(d);
     free(ns);
     free(ne);
@@ -1239,11 +1511,16 @@ kiln_code gr_builder_compile(gr_builder *b, gr_rule root, gr_grammar **out, kiln
     atomic_init(&g->refs, 1);
     if (reachable(b, root, rmap, order, &nr)) goto fail;
     if (compile_rules(b, rmap, order, nr, g)) goto fail;
-    distances(g);
+    if (distances(g)) {
+        gr_b_fail(b, KILN_E_NOMEM, "grammar: out of memory");
+        goto fail;
+    }
     g->root = g->rules[0].first;
     if (g->dist[g->root] >= GR_INF_DIST) {
-        gr_b_fail(b, KILN_E_INVALID, "grammar: rule '%s' matches nothing (no finite text "
-                  "satisfies it)", g->rules[0].name);
+        gr_b_fail(b, KILN_E_INVALID,
+                  "grammar: rule '%s' matches nothing (no finite text "
+                  "satisfies it)",
+                  g->rules[0].name);
         goto fail;
     }
     prune(g);

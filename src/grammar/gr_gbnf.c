@@ -65,7 +65,8 @@ static void space(gp *g, bool nl_ok)
         if (c == ' ' || c == '\t' || (nl_ok && (c == '\n' || c == '\r'))) {
             g->p++;
         } else if (c == '#') {
-            while (g->p < g->end && *g->p != '\n') g->p++;
+            while (g->p < g->end && *g->p != '\n')
+                g->p++;
         } else {
             break;
         }
@@ -125,11 +126,22 @@ static int64_t char_at(gp *g)
         return v;
     }
     switch (e) {
-    case 't': return '\t';
-    case 'r': return '\r';
-    case 'n': return '\n';
-    case '\\': case '"': case '[': case ']': case '-': case '\'': case '/': return e;
-    default: break;
+    case 't':
+        return '\t';
+    case 'r':
+        return '\r';
+    case 'n':
+        return '\n';
+    case '\\':
+    case '"':
+    case '[':
+    case ']':
+    case '-':
+    case '\'':
+    case '/':
+        return e;
+    default:
+        break;
     }
     g->p--;
     return perr(g, "unknown escape"), -1;
@@ -307,10 +319,12 @@ static gr_expr sequence(gp *g, bool nested)
             g->p++;
         } else if (c == '<' || (c == '!' && g->p + 1 < g->end && g->p[1] == '<')) {
             return perr(g, "token references (<...>) are not supported: special tokens are never "
-                           "allowed inside a constraint"), -1;
+                           "allowed inside a constraint"),
+                   -1;
         } else if (word_char(c)) {
             const char *nm = g->p;
-            while (g->p < g->end && word_char(*g->p)) g->p++;
+            while (g->p < g->end && word_char(*g->p))
+                g->p++;
             const char *save = g->p;
             space(g, false);
             if (g->end - g->p >= 3 && !memcmp(g->p, "::=", 3)) { /* the next rule begins */
@@ -329,14 +343,18 @@ static gr_expr sequence(gp *g, bool nested)
             space(g, false);
             if (g->p >= g->end) break;
             char o = *g->p;
-            if (o == '*') x = gr_rep(g->b, x, 0, -1);
-            else if (o == '+') x = gr_rep(g->b, x, 1, -1);
-            else if (o == '?') x = gr_rep(g->b, x, 0, 1);
+            if (o == '*')
+                x = gr_rep(g->b, x, 0, -1);
+            else if (o == '+')
+                x = gr_rep(g->b, x, 1, -1);
+            else if (o == '?')
+                x = gr_rep(g->b, x, 0, 1);
             else if (o == '{') {
                 x = braces(g, x);
                 if (x < 0) return -1;
                 continue;
-            } else break;
+            } else
+                break;
             g->p++;
             if (x < 0) return -1;
         }
@@ -383,7 +401,11 @@ kiln_code gr_builder_add_gbnf(gr_builder *b, const char *text, size_t len, const
                               gr_rule *root, kiln_err *err)
 {
     *root = -1;
-    gp g = {.b = b, .s = text, .p = text, .end = text + len, .prefix = prefix ? prefix : "",
+    gp g = {.b = b,
+            .s = text,
+            .p = text,
+            .end = text + len,
+            .prefix = prefix ? prefix : "",
             .err = err};
     if (b->failed) {
         if (err) *err = b->err;
@@ -394,7 +416,8 @@ kiln_code gr_builder_add_gbnf(gr_builder *b, const char *text, size_t len, const
         space(&g, true);
         if (g.p >= g.end) break;
         const char *nm = g.p;
-        while (g.p < g.end && word_char(*g.p)) g.p++;
+        while (g.p < g.end && word_char(*g.p))
+            g.p++;
         if (g.p == nm) return perr(&g, "expected a rule name");
         size_t nlen = (size_t)(g.p - nm);
         space(&g, false);
@@ -406,7 +429,8 @@ kiln_code gr_builder_add_gbnf(gr_builder *b, const char *text, size_t len, const
         gr_expr body = alternatives(&g, false);
         if (body < 0) return g.rc ? g.rc : perr(&g, "invalid rule body");
         space(&g, false);
-        if (g.p < g.end && *g.p != '\n' && *g.p != '\r') return perr(&g, "expected the end of the line");
+        if (g.p < g.end && *g.p != '\n' && *g.p != '\r')
+            return perr(&g, "expected the end of the line");
         if (b->rules[r].body >= 0) {
             char msg[160];
             snprintf(msg, sizeof msg, "rule '%.*s' is defined twice", (int)nlen, nm);
@@ -430,7 +454,8 @@ kiln_code gr_builder_add_gbnf(gr_builder *b, const char *text, size_t len, const
     for (int32_t i = 0; i < b->n_rules; i++)
         if (b->rules[i].body < 0 && !strncmp(b->rules[i].name, g.prefix, strlen(g.prefix))) {
             char msg[200];
-            snprintf(msg, sizeof msg, "rule '%s' is used but not defined", b->rules[i].name + strlen(g.prefix));
+            snprintf(msg, sizeof msg, "rule '%s' is used but not defined",
+                     b->rules[i].name + strlen(g.prefix));
             g.p = g.end;
             return perr(&g, msg);
         }

@@ -24,16 +24,19 @@
 /* ------------------------------------------------------------ builder */
 
 typedef enum {
-    GR_E_EMPTY, /* the empty string */
-    GR_E_NONE,  /* matches nothing */
-    GR_E_BYTES, /* a: offset in bytes, b: length */
-    GR_E_CLASS, /* a: offset in ranges (pairs), b: pairs; code points, normalized */
-    GR_E_SEQ,   /* a: offset in kids, b: count */
-    GR_E_ALT,   /* a: offset in kids, b: count */
-    GR_E_REP,   /* a: child, min, max (-1 = unbounded) */
-    GR_E_REF,   /* a: rule */
-    GR_E_AND,   /* a: offset in kids, b: count; only ever a whole rule body (gr_and), no calls */
-    GR_E_WITHOUT, /* a: offset in bytes, b: length: NUL-separated ASCII patterns (gr_text_without) */
+    GR_E_EMPTY,   /* the empty string */
+    GR_E_NONE,    /* matches nothing */
+    GR_E_BYTES,   /* a: offset in bytes, b: length */
+    GR_E_CLASS,   /* a: offset in ranges (pairs), b: pairs; code points, normalized */
+    GR_E_SEQ,     /* a: offset in kids, b: count */
+    GR_E_ALT,     /* a: offset in kids, b: count */
+    GR_E_REP,     /* a: child, min, max (-1 = unbounded) */
+    GR_E_REF,     /* a: rule */
+    GR_E_AND,     /* a: offset in kids, b: count; only ever a whole rule body (gr_and), no calls */
+    GR_E_WITHOUT, /* a: offset in bytes, b: length: NUL-separated ASCII patterns (gr_text_without)
+                   */
+    GR_E_EXCEPT,  /* a: class node, b: offset in bytes: NUL-separated names, min: bytes
+                     (gr_class_star_except) */
 } gr_ekind;
 
 typedef struct {
@@ -59,7 +62,7 @@ struct gr_builder {
     int32_t n_ranges, cap_ranges;
     gr_brule *rules; /* OWNED */
     int32_t n_rules, cap_rules;
-    gr_expr ws;     /* cached gr_json_ws expression; -1 until first use */
+    gr_expr ws; /* cached gr_json_ws expression; -1 until first use */
     bool failed;
     kiln_err err;   /* the first error */
     double t_start; /* plat_now at create (max_seconds) */
@@ -83,18 +86,18 @@ enum {
 typedef struct {
     int32_t start; /* gstate the callee starts in */
     int32_t ret;   /* gstate the caller continues in */
-    uint8_t tail;  /* ret is final with no edges: the call returns straight to the caller's caller */
+    uint8_t tail; /* ret is final with no edges: the call returns straight to the caller's caller */
 } gr_call;
 
 typedef struct {
-    int32_t first;      /* gstate of local state 0 (the start) */
+    int32_t first; /* gstate of local state 0 (the start) */
     int32_t n_states;
     int32_t n_classes;
     uint8_t cls[256];   /* byte -> class */
     uint64_t leaf_hash; /* leaf rules: hash of the canonical DFA; 0 otherwise */
     int32_t leaf_blob;  /* leaf rules: offset of the serialized DFA in blob; -1 otherwise */
     int32_t leaf_blob_len;
-    char *name;         /* OWNED */
+    char *name; /* OWNED */
 } gr_crule;
 
 struct gr_grammar {
@@ -127,27 +130,27 @@ typedef struct {
     uint64_t *accept; /* OWNED [words]: tokens that stay inside the leaf */
     int32_t *maybe;   /* OWNED: tokens that may leave it mid-token (need the full stack) */
     int32_t n_maybe;
-    bool useful;      /* false: too many `maybe` tokens, walk the trie instead */
+    bool useful; /* false: too many `maybe` tokens, walk the trie instead */
 } gr_leaf_set;
 
 /* The constrainable tokens as strings of one rule's byte classes, in a
  * preorder trie: tokens that read the same to a leaf rule share one path, so
  * walking a leaf rule costs its class-string nodes, not the byte trie's. */
 typedef struct gr_ctrie {
-    uint8_t cls[256];  /* the class map this trie is for */
+    uint8_t cls[256]; /* the class map this trie is for */
     int32_t n_nodes;
-    uint8_t *ncls;     /* OWNED [n_nodes]: class of the edge into the node */
-    uint16_t *depth;   /* OWNED [n_nodes] */
-    int32_t *end;      /* OWNED [n_nodes]: first node after the subtree */
-    int32_t *tok_off;  /* OWNED [n_nodes + 1]: tokens ending at node i: toks[tok_off[i] .. first
-                          token of the next node); a subtree's tokens are contiguous */
-    int32_t *toks;     /* OWNED [n_ok] */
+    uint8_t *ncls;    /* OWNED [n_nodes]: class of the edge into the node */
+    uint16_t *depth;  /* OWNED [n_nodes] */
+    int32_t *end;     /* OWNED [n_nodes]: first node after the subtree */
+    int32_t *tok_off; /* OWNED [n_nodes + 1]: tokens ending at node i: toks[tok_off[i] .. first
+                         token of the next node); a subtree's tokens are contiguous */
+    int32_t *toks;    /* OWNED [n_ok] */
     struct gr_ctrie *next;
 } gr_ctrie;
 
 typedef struct gr_leaf_entry {
-    uint64_t hash;        /* leaf_hash mixed with the local state */
-    uint8_t *blob;        /* OWNED copy of the leaf DFA (equality check) */
+    uint64_t hash; /* leaf_hash mixed with the local state */
+    uint8_t *blob; /* OWNED copy of the leaf DFA (equality check) */
     int32_t blob_len, local;
     gr_leaf_set set;
     struct gr_leaf_entry *next; /* hash chain */
@@ -156,16 +159,16 @@ typedef struct gr_leaf_entry {
 struct gr_vocab {
     int32_t n_tokens;
     size_t words;
-    uint8_t *bytes;      /* OWNED: all token bytes */
-    uint32_t *off;       /* OWNED [n_tokens + 1] */
-    uint8_t *ok;         /* OWNED [n_tokens]: constrainable (not special, not empty) */
+    uint8_t *bytes; /* OWNED: all token bytes */
+    uint32_t *off;  /* OWNED [n_tokens + 1] */
+    uint8_t *ok;    /* OWNED [n_tokens]: constrainable (not special, not empty) */
     /* trie over constrainable tokens, nodes in preorder (no root node) */
     int32_t n_nodes;
-    uint8_t *tbyte;      /* OWNED [n_nodes] */
-    uint16_t *tdepth;    /* OWNED [n_nodes]: 1 for children of the root */
-    int32_t *tend;       /* OWNED [n_nodes]: first node after the subtree */
-    int32_t *ttok;       /* OWNED [n_nodes]: a token ending here, -1 none */
-    int32_t *dup;        /* OWNED [n_tokens]: next token with the same bytes, -1 none */
+    uint8_t *tbyte;   /* OWNED [n_nodes] */
+    uint16_t *tdepth; /* OWNED [n_nodes]: 1 for children of the root */
+    int32_t *tend;    /* OWNED [n_nodes]: first node after the subtree */
+    int32_t *ttok;    /* OWNED [n_nodes]: a token ending here, -1 none */
+    int32_t *dup;     /* OWNED [n_tokens]: next token with the same bytes, -1 none */
     int32_t max_depth;
     /* leaf cache: token sets per (leaf DFA, state), shared by every matcher */
     pthread_mutex_t mu;
@@ -185,6 +188,10 @@ const gr_leaf_set *gr_vocab_leaf(gr_vocab *v, const gr_grammar *g, int32_t s);
 /* gr_build.c: the intersection of regular expressions (no rule references
  * inside): a new rule whose DFA is the product of theirs; returns a reference. */
 gr_expr gr_and(gr_builder *b, const gr_expr *xs, size_t n);
+
+/* gr_build.c: strings of class characters unequal to each of the n names
+ * (UTF-8): extra object keys that must differ from the declared ones. */
+gr_expr gr_class_star_except(gr_builder *b, gr_expr cls, const char *const *names, size_t n);
 
 /* gr_match.c: the mask by a plain trie walk, bypassing the caches (tests check
  * the cached and leaf paths against it). */

@@ -91,17 +91,32 @@ gr_expr gr_json_class(gr_builder *b, const uint32_t *pairs, size_t n_pairs)
     for (uint32_t c = 0; c <= 0x5C; c++) {
         if (c > 0x1F && c != '"' && c != '\\') continue;
         bool in = false;
-        for (size_t i = 0; i < n_pairs && !in; i++) in = pairs[2 * i] <= c && c <= pairs[2 * i + 1];
+        for (size_t i = 0; i < n_pairs && !in; i++)
+            in = pairs[2 * i] <= c && c <= pairs[2 * i + 1];
         if (!in) continue;
         char esc[8];
         switch (c) {
-        case '"': strcpy(esc, "\\\""); break;
-        case '\\': strcpy(esc, "\\\\"); break;
-        case '\n': strcpy(esc, "\\n"); break;
-        case '\t': strcpy(esc, "\\t"); break;
-        case '\r': strcpy(esc, "\\r"); break;
-        case '\b': strcpy(esc, "\\b"); break;
-        case '\f': strcpy(esc, "\\f"); break;
+        case '"':
+            strcpy(esc, "\\\"");
+            break;
+        case '\\':
+            strcpy(esc, "\\\\");
+            break;
+        case '\n':
+            strcpy(esc, "\\n");
+            break;
+        case '\t':
+            strcpy(esc, "\\t");
+            break;
+        case '\r':
+            strcpy(esc, "\\r");
+            break;
+        case '\b':
+            strcpy(esc, "\\b");
+            break;
+        case '\f':
+            strcpy(esc, "\\f");
+            break;
         default:
             esc[0] = '\\', esc[1] = 'u', esc[2] = '0', esc[3] = '0';
             esc[4] = hexd[c >> 4], esc[5] = hexd[c & 15], esc[6] = 0;
@@ -147,8 +162,9 @@ static kiln_code any_define(gr_builder *b, any_rules *r, kiln_err *err)
     gr_expr more_i[] = {gr_str(b, ","), ws, item};
     gr_expr items = gr_seq2(b, item, gr_rep(b, gr_seq(b, more_i, 3), 0, -1));
     gr_expr arr[] = {gr_str(b, "["), ws, gr_rep(b, items, 0, 1), gr_str(b, "]")};
-    gr_expr val[] = {gr_ref(b, r->object), gr_ref(b, r->array), s, gr_ref(b, r->number),
-                     gr_str(b, "true"), gr_str(b, "false"), gr_str(b, "null")};
+    gr_expr val[] = {gr_ref(b, r->object), gr_ref(b, r->array), s,
+                     gr_ref(b, r->number), gr_str(b, "true"),   gr_str(b, "false"),
+                     gr_str(b, "null")};
     kiln_code rc = gr_rule_define(b, r->object, gr_seq(b, obj, 4), err);
     if (!rc) rc = gr_rule_define(b, r->array, gr_seq(b, arr, 4), err);
     if (!rc) rc = gr_rule_define(b, r->value, gr_alt(b, val, 7), err);

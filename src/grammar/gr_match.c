@@ -29,9 +29,9 @@
 #include <string.h>
 #include <xxhash.h>
 
-#define MAX_DEPTH 1000            /* parse stack frames (JSON nesting, recursion) */
-#define MAX_STACKS (1 << 22)      /* interned stacks per matcher */
-#define MAX_CONFS (1 << 20)       /* interned configurations per matcher */
+#define MAX_DEPTH 1000       /* parse stack frames (JSON nesting, recursion) */
+#define MAX_STACKS (1 << 22) /* interned stacks per matcher */
+#define MAX_CONFS (1 << 20)  /* interned configurations per matcher */
 #define ROW_CACHE_BYTES ((size_t)64 << 20)
 #define MASK_CACHE_BYTES ((size_t)64 << 20)
 #define UNKNOWN (-2)
@@ -48,7 +48,7 @@ typedef struct {
     int32_t row;    /* index of its 256-entry row in rows, -1 none */
     int32_t mask;   /* index in masks, -1 none */
     uint8_t accept;
-    uint8_t leafy;  /* 0 unknown, 1 every member is in a leaf with a useful set, 2 no */
+    uint8_t leafy; /* 0 unknown, 1 every member is in a leaf with a useful set, 2 no */
 } gconf;
 
 typedef struct {
@@ -72,19 +72,19 @@ struct gr_matcher {
     int32_t n_cf, cap_cf;
     int32_t *cf_tab;
     uint32_t cf_mask;
-    ivec spool;      /* members of configurations */
-    int32_t *rows;   /* [n_rows * 256] */
+    ivec spool;    /* members of configurations */
+    int32_t *rows; /* [n_rows * 256] */
     int32_t n_rows, cap_rows;
     gmask *masks;
     int32_t n_masks, cap_masks;
     uint32_t *mpool;
     size_t n_mpool, cap_mpool;
-    ivec hist;       /* configurations after each accept (invariant 1) */
+    ivec hist; /* configurations after each accept (invariant 1) */
     /* scratch */
     ivec out, work;
-    int32_t *mark;   /* per stack: generation of the last closure that saw it */
+    int32_t *mark; /* per stack: generation of the last closure that saw it */
     int32_t gen;
-    int32_t *walk;   /* [max trie depth + 1] configurations along the walk */
+    int32_t *walk; /* [max trie depth + 1] configurations along the walk */
     const gr_leaf_set **lsets;
     int32_t cap_lsets;
 };
@@ -125,7 +125,8 @@ static int st_rehash(gr_matcher *m)
     if (!t) return -1;
     for (int32_t i = 0; i < m->n_st; i++) {
         uint32_t j = mix2(m->st[i].top, m->st[i].parent) & (cap - 1);
-        while (t[j]) j = (j + 1) & (cap - 1);
+        while (t[j])
+            j = (j + 1) & (cap - 1);
         t[j] = i + 1;
     }
     free(m->st_tab);
@@ -159,8 +160,8 @@ static int32_t st_intern(gr_matcher *m, int32_t top, int32_t parent)
         m->cap_st = nc;
     }
     int64_t d = (int64_t)m->g->dist[top] + m->st[parent].dist;
-    m->st[m->n_st] = (gstack){top, parent, m->st[parent].depth + 1,
-                              d > GR_INF_DIST ? GR_INF_DIST : (int32_t)d};
+    m->st[m->n_st] =
+        (gstack){top, parent, m->st[parent].depth + 1, d > GR_INF_DIST ? GR_INF_DIST : (int32_t)d};
     m->st_tab[j] = ++m->n_st;
     if ((uint32_t)m->n_st * 2 > m->st_mask && st_rehash(m)) return -1;
     return m->n_st - 1;
@@ -181,7 +182,8 @@ static int cf_rehash(gr_matcher *m)
     if (!t) return -1;
     for (int32_t i = 0; i < m->n_cf; i++) {
         uint32_t j = cf_hash(m->spool.v + m->cf[i].off, m->cf[i].n) & (cap - 1);
-        while (t[j]) j = (j + 1) & (cap - 1);
+        while (t[j])
+            j = (j + 1) & (cap - 1);
         t[j] = i + 1;
     }
     free(m->cf_tab);
@@ -264,7 +266,8 @@ static int32_t out_intern(gr_matcher *m)
 /* Drops every row (invariant 2). */
 static void rows_drop(gr_matcher *m)
 {
-    for (int32_t i = 0; i < m->n_cf; i++) m->cf[i].row = -1;
+    for (int32_t i = 0; i < m->n_cf; i++)
+        m->cf[i].row = -1;
     m->n_rows = 0;
 }
 
@@ -279,7 +282,8 @@ static int32_t row_new(gr_matcher *m, int32_t c)
         m->cap_rows = nc;
     }
     int32_t r = m->n_rows++;
-    for (int i = 0; i < 256; i++) m->rows[(size_t)r * 256 + i] = UNKNOWN;
+    for (int i = 0; i < 256; i++)
+        m->rows[(size_t)r * 256 + i] = UNKNOWN;
     m->cf[c].row = r;
     return r;
 }
@@ -326,7 +330,8 @@ static inline int32_t step(gr_matcher *m, int32_t c, uint8_t b)
 
 static int32_t step_bytes(gr_matcher *m, int32_t c, const uint8_t *s, size_t n)
 {
-    for (size_t i = 0; i < n && c >= 0; i++) c = step(m, c, s[i]);
+    for (size_t i = 0; i < n && c >= 0; i++)
+        c = step(m, c, s[i]);
     return c;
 }
 
@@ -388,7 +393,8 @@ nomem:
 
 static void add_tok(const gr_vocab *v, uint64_t *bits, int32_t t)
 {
-    for (; t >= 0; t = v->dup[t]) bits[t >> 6] |= 1ull << (t & 63);
+    for (; t >= 0; t = v->dup[t])
+        bits[t >> 6] |= 1ull << (t & 63);
 }
 
 static kiln_code fail_step(kiln_err *err)
@@ -412,7 +418,8 @@ static kiln_code walk(gr_matcher *m, int32_t c, int32_t within, uint64_t *bits, 
             continue;
         }
         cfg[d] = x;
-        if (v->ttok[i] >= 0 && (within < 0 || m->cf[x].dist <= within)) add_tok(v, bits, v->ttok[i]);
+        if (v->ttok[i] >= 0 && (within < 0 || m->cf[x].dist <= within))
+            add_tok(v, bits, v->ttok[i]);
         i++;
     }
     return KILN_OK;
@@ -458,7 +465,8 @@ static kiln_code leaf_mask(gr_matcher *m, int32_t c, uint64_t *bits, kiln_err *e
         if (s == 0) continue;
         const gr_leaf_set *ls = gr_vocab_leaf(m->v, m->g, m->st[s].top); /* cached: cheap */
         if (!ls) return walk(m, c, -1, bits, err);
-        for (size_t w = 0; w < v->words; w++) bits[w] |= ls->accept[w];
+        for (size_t w = 0; w < v->words; w++)
+            bits[w] |= ls->accept[w];
     }
     for (int32_t i = 0; i < n; i++) {
         int32_t s = m->spool.v[m->cf[c].off + i];
@@ -477,7 +485,8 @@ static kiln_code leaf_mask(gr_matcher *m, int32_t c, uint64_t *bits, kiln_err *e
 
 static void masks_drop(gr_matcher *m)
 {
-    for (int32_t i = 0; i < m->n_cf; i++) m->cf[i].mask = -1;
+    for (int32_t i = 0; i < m->n_cf; i++)
+        m->cf[i].mask = -1;
     m->n_masks = 0;
     m->n_mpool = 0;
 }
@@ -487,12 +496,14 @@ static void mask_store(gr_matcher *m, int32_t c, const uint64_t *bits)
 {
     const gr_vocab *v = m->v;
     int64_t pop = 0;
-    for (size_t w = 0; w < v->words; w++) pop += __builtin_popcountll(bits[w]);
+    for (size_t w = 0; w < v->words; w++)
+        pop += __builtin_popcountll(bits[w]);
     size_t need = pop * 32 < (int64_t)v->words * 64 ? (size_t)pop : v->words * 2;
     if ((m->n_mpool + need) * 4 > MASK_CACHE_BYTES) masks_drop(m);
     if (m->n_mpool + need > m->cap_mpool) {
         size_t nc = m->cap_mpool ? m->cap_mpool : 4096;
-        while (nc < m->n_mpool + need) nc *= 2;
+        while (nc < m->n_mpool + need)
+            nc *= 2;
         uint32_t *p = realloc(m->mpool, sizeof *p * nc);
         if (!p) return;
         m->mpool = p;
@@ -514,7 +525,8 @@ static void mask_store(gr_matcher *m, int32_t c, const uint64_t *bits)
         gm.n_ids = (int32_t)pop;
         size_t k = 0;
         for (size_t w = 0; w < v->words; w++)
-            for (uint64_t x = bits[w]; x; x &= x - 1) dst[k++] = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(x));
+            for (uint64_t x = bits[w]; x; x &= x - 1)
+                dst[k++] = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(x));
     }
     m->n_mpool += need;
     m->masks[m->n_masks] = gm;
@@ -532,7 +544,8 @@ kiln_code gr_matcher_mask(gr_matcher *m, uint64_t *bits, kiln_err *err)
         } else {
             memset(bits, 0, v->words * 8);
             const uint32_t *ids = m->mpool + gm->off;
-            for (int32_t k = 0; k < gm->n_ids; k++) bits[ids[k] >> 6] |= 1ull << (ids[k] & 63);
+            for (int32_t k = 0; k < gm->n_ids; k++)
+                bits[ids[k] >> 6] |= 1ull << (ids[k] & 63);
         }
         return KILN_OK;
     }
@@ -607,7 +620,8 @@ int32_t gr_matcher_distance_after(gr_matcher *m, int32_t tok)
 int32_t gr_matcher_try_tokens(gr_matcher *m, const int32_t *toks, int32_t n)
 {
     int32_t k = 0;
-    while (k < n && gr_matcher_accept_token(m, toks[k], NULL) == KILN_OK) k++;
+    while (k < n && gr_matcher_accept_token(m, toks[k], NULL) == KILN_OK)
+        k++;
     return k;
 }
 

@@ -67,9 +67,9 @@ static kiln_code rx_fail(rx *r, kiln_code code, const char *what)
 }
 
 /* ECMA \s plus Python's Unicode whitespace (\x1c-\x1f, \x85). */
-static const uint32_t SPACES[] = {0x09, 0x0D, 0x1C, 0x20, 0x85, 0x85, 0xA0, 0xA0, 0x1680, 0x1680,
-                                  0x2000, 0x200A, 0x2028, 0x2029, 0x202F, 0x202F, 0x205F, 0x205F,
-                                  0x3000, 0x3000, 0xFEFF, 0xFEFF};
+static const uint32_t SPACES[] = {0x09,   0x0D,   0x1C,   0x20,   0x85,   0x85,   0xA0,   0xA0,
+                                  0x1680, 0x1680, 0x2000, 0x200A, 0x2028, 0x2029, 0x202F, 0x202F,
+                                  0x205F, 0x205F, 0x3000, 0x3000, 0xFEFF, 0xFEFF};
 
 /* Adds shorthand class c (d w s, upper case negated) to set; neg_ctx: inside [^..]. */
 static int shorthand(cset *cs, char c, bool neg_ctx)
@@ -92,8 +92,9 @@ static int shorthand(cset *cs, char c, bool neg_ctx)
     case 'D': /* ASCII non-digits */
         return cs_add(cs, 0, '0' - 1) || cs_add(cs, '9' + 1, 0x7F);
     case 'W':
-        return cs_add(cs, 0, '0' - 1) || cs_add(cs, '9' + 1, 'A' - 1) || cs_add(cs, 'Z' + 1, '_' - 1) ||
-               cs_add(cs, '_' + 1, 'a' - 1) || cs_add(cs, 'z' + 1, 0x7F);
+        return cs_add(cs, 0, '0' - 1) || cs_add(cs, '9' + 1, 'A' - 1) ||
+               cs_add(cs, 'Z' + 1, '_' - 1) || cs_add(cs, '_' + 1, 'a' - 1) ||
+               cs_add(cs, 'z' + 1, 0x7F);
     case 'S': { /* everything but both languages' spaces */
         uint32_t next = 0;
         for (size_t i = 0; i < sizeof SPACES / sizeof *SPACES; i += 2) {
@@ -125,7 +126,8 @@ static uint32_t utf8_next(rx *r)
         return 0xFFFD;
     }
     if (n > 1) cp &= (1u << (7 - n)) - 1;
-    for (int i = 1; i < n; i++) cp = cp << 6 | (u[i] & 0x3F);
+    for (int i = 1; i < n; i++)
+        cp = cp << 6 | (u[i] & 0x3F);
     r->p += n;
     return cp;
 }
@@ -137,12 +139,23 @@ static int64_t escape(rx *r, bool in_class)
     if (r->p >= r->end) return rx_fail(r, KILN_E_INVALID, "pattern ends with '\\'"), -1;
     char c = *r->p++;
     switch (c) {
-    case 'd': case 'D': case 'w': case 'W': case 's': case 'S': return -(int64_t)c;
-    case 't': return '\t';
-    case 'n': return '\n';
-    case 'r': return '\r';
-    case 'v': return '\v';
-    case 'f': return '\f';
+    case 'd':
+    case 'D':
+    case 'w':
+    case 'W':
+    case 's':
+    case 'S':
+        return -(int64_t)c;
+    case 't':
+        return '\t';
+    case 'n':
+        return '\n';
+    case 'r':
+        return '\r';
+    case 'v':
+        return '\v';
+    case 'f':
+        return '\f';
     case '0':
         if (r->p < r->end && *r->p >= '0' && *r->p <= '9')
             return rx_fail(r, KILN_E_UNSUPPORTED, "octal escapes are not supported"), -1;
@@ -150,7 +163,8 @@ static int64_t escape(rx *r, bool in_class)
     case 'b':
         if (in_class) return '\b';
         return rx_fail(r, KILN_E_UNSUPPORTED, "word boundaries (\\b) are not supported"), -1;
-    case 'B': return rx_fail(r, KILN_E_UNSUPPORTED, "word boundaries (\\B) are not supported"), -1;
+    case 'B':
+        return rx_fail(r, KILN_E_UNSUPPORTED, "word boundaries (\\B) are not supported"), -1;
     case 'c':
         if (r->p < r->end && ((*r->p >= 'a' && *r->p <= 'z') || (*r->p >= 'A' && *r->p <= 'Z')))
             return (uint32_t)(*r->p++ % 32);
@@ -188,11 +202,16 @@ static int64_t escape(rx *r, bool in_class)
             return rx_fail(r, KILN_E_UNSUPPORTED, "surrogate escapes are not supported"), -1;
         return v;
     }
-    case 'p': case 'P':
-        return rx_fail(r, KILN_E_UNSUPPORTED, "Unicode property escapes (\\p{...}) are not supported"), -1;
-    case 'k': return rx_fail(r, KILN_E_UNSUPPORTED, "backreferences are not supported"), -1;
+    case 'p':
+    case 'P':
+        return rx_fail(r, KILN_E_UNSUPPORTED,
+                       "Unicode property escapes (\\p{...}) are not supported"),
+               -1;
+    case 'k':
+        return rx_fail(r, KILN_E_UNSUPPORTED, "backreferences are not supported"), -1;
     default:
-        if (c >= '1' && c <= '9') return rx_fail(r, KILN_E_UNSUPPORTED, "backreferences are not supported"), -1;
+        if (c >= '1' && c <= '9')
+            return rx_fail(r, KILN_E_UNSUPPORTED, "backreferences are not supported"), -1;
         r->p--;
         return utf8_next(r); /* identity escape: \. \/ \- \\ ... */
     }
@@ -329,9 +348,12 @@ static gr_expr quantify(rx *r, gr_expr x)
     if (r->p >= r->end || x < 0) return x;
     int32_t lo, hi;
     char c = *r->p;
-    if (c == '*') lo = 0, hi = -1;
-    else if (c == '+') lo = 1, hi = -1;
-    else if (c == '?') lo = 0, hi = 1;
+    if (c == '*')
+        lo = 0, hi = -1;
+    else if (c == '+')
+        lo = 1, hi = -1;
+    else if (c == '?')
+        lo = 0, hi = 1;
     else if (c == '{') {
         const char *save = r->p;
         r->p++;
@@ -350,7 +372,8 @@ static gr_expr quantify(rx *r, gr_expr x)
         }
         if (lo > RX_MAX_REPEAT || hi > RX_MAX_REPEAT)
             return rx_fail(r, KILN_E_UNSUPPORTED, "repetition count over 10000"), -1;
-        if (hi >= 0 && hi < lo) return rx_fail(r, KILN_E_INVALID, "repetition {m,n} with n < m"), -1;
+        if (hi >= 0 && hi < lo)
+            return rx_fail(r, KILN_E_INVALID, "repetition {m,n} with n < m"), -1;
     } else {
         return x;
     }
@@ -384,7 +407,8 @@ static gr_expr concat(rx *r, bool top, bool *anch_start, bool *anch_end)
         char c = *r->p;
         gr_expr x;
         if (c == '^') {
-            if (!top || !first) return rx_fail(r, KILN_E_UNSUPPORTED, "'^' inside a pattern is not supported"), -1;
+            if (!top || !first)
+                return rx_fail(r, KILN_E_UNSUPPORTED, "'^' inside a pattern is not supported"), -1;
             *anch_start = true;
             r->p++;
             continue;
@@ -405,19 +429,25 @@ static gr_expr concat(rx *r, bool top, bool *anch_start, bool *anch_end)
                     r->p++;
                 } else if (r->p < r->end && *r->p == '<' && r->p + 1 < r->end && r->p[1] != '=' &&
                            r->p[1] != '!') {
-                    while (r->p < r->end && *r->p != '>') r->p++;
-                    if (r->p >= r->end) return rx_fail(r, KILN_E_INVALID, "unterminated group name"), -1;
+                    while (r->p < r->end && *r->p != '>')
+                        r->p++;
+                    if (r->p >= r->end)
+                        return rx_fail(r, KILN_E_INVALID, "unterminated group name"), -1;
                     r->p++;
                 } else {
-                    return rx_fail(r, KILN_E_UNSUPPORTED, "lookaround assertions are not supported"), -1;
+                    return rx_fail(r, KILN_E_UNSUPPORTED,
+                                   "lookaround assertions are not supported"),
+                           -1;
                 }
             }
-            if (++r->depth > RX_MAX_NEST) return rx_fail(r, KILN_E_INVALID, "groups nested too deeply"), -1;
+            if (++r->depth > RX_MAX_NEST)
+                return rx_fail(r, KILN_E_INVALID, "groups nested too deeply"), -1;
             bool s = false, e = false;
             x = alternation(r, false, &s, &e);
             r->depth--;
             if (x < 0) return -1;
-            if (r->p >= r->end || *r->p != ')') return rx_fail(r, KILN_E_INVALID, "missing ')'"), -1;
+            if (r->p >= r->end || *r->p != ')')
+                return rx_fail(r, KILN_E_INVALID, "missing ')'"), -1;
             r->p++;
         } else if (c == '[') {
             x = bracket(r);
@@ -461,8 +491,10 @@ static gr_expr any_star(rx *r)
 {
     cset cs = {0};
     gr_expr e = -1;
-    if (cs_add(&cs, 0, GR_MAX_CP)) gr_b_fail(r->b, KILN_E_NOMEM, "grammar: out of memory");
-    else e = class_expr(r, &cs, false);
+    if (cs_add(&cs, 0, GR_MAX_CP))
+        gr_b_fail(r->b, KILN_E_NOMEM, "grammar: out of memory");
+    else
+        e = class_expr(r, &cs, false);
     free(cs.v);
     return gr_rep(r->b, e, 0, -1);
 }

@@ -25,10 +25,13 @@
  */
 #include "grammar/gr_schema_int.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 enum {
     T_NULL = 1,
@@ -47,16 +50,32 @@ enum {
 /* Keywords a grammar cannot enforce (KILN_E_UNSUPPORTED); others outside the
  * handled ones are annotations or unknown, which validators ignore too. */
 static const char *const UNSUPPORTED[] = {
-    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "propertyNames", "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
-    "unevaluatedItems"};
+    "if",          "then",        "else",        "dependentSchemas", "propertyNames",   "contains",
+    "minContains", "maxContains", "$dynamicRef", "$recursiveRef",    "unevaluatedItems"};
 
 /* Keywords that constrain values (used to refuse enum/const beside them). */
-static const char *const CONSTRAINTS[] = {
-    "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
-    "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "minProperties", "maxProperties", "patternProperties", "unevaluatedProperties"};
+static const char *const CONSTRAINTS[] = {"properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "items",
+                                          "prefixItems",
+                                          "additionalItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "uniqueItems",
+                                          "minLength",
+                                          "maxLength",
+                                          "pattern",
+                                          "format",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "multipleOf",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "patternProperties",
+                                          "unevaluatedProperties"};
 
 gr_expr sc_fail(sc *c, kiln_code code, const char *fmt, ...)
 {
@@ -122,8 +141,10 @@ static json_t *keep_tmp(sc *c, json_t *j)
 static const json_t *resolve(sc *c, const char *ref)
 {
     if (ref[0] != '#') {
-        sc_fail(c, KILN_E_UNSUPPORTED, "'$ref': \"%.80s\" is not supported (only local references "
-                "like \"#/$defs/name\")", ref);
+        sc_fail(c, KILN_E_UNSUPPORTED,
+                "'$ref': \"%.80s\" is not supported (only local references "
+                "like \"#/$defs/name\")",
+                ref);
         return NULL;
     }
     const json_t *cur = c->root;
@@ -138,7 +159,8 @@ static const json_t *resolve(sc *c, const char *ref)
         size_t n = 0;
         while (*p && *p != '/' && n + 1 < sizeof tok) {
             char ch = *p++;
-            if (ch == '~' && (*p == '0' || *p == '1')) ch = *p++ == '0' ? '~' : '/';
+            if (ch == '~' && (*p == '0' || *p == '1'))
+                ch = *p++ == '0' ? '~' : '/';
             else if (ch == '%' && p[0] && p[1]) {
                 char hx[3] = {p[0], p[1], 0};
                 char *e;
@@ -193,10 +215,12 @@ static int explicit_types(sc *c, const json_t *s)
     if (!t) return T_ALL;
     if (json_is_string(t)) {
         int b = type_bit(json_string_value(t));
-        if (b < 0) sc_fail(c, KILN_E_INVALID, "'type': unknown type \"%.40s\"", json_string_value(t));
+        if (b < 0)
+            sc_fail(c, KILN_E_INVALID, "'type': unknown type \"%.40s\"", json_string_value(t));
         return b;
     }
-    if (!json_is_array(t)) return sc_fail(c, KILN_E_INVALID, "'type' must be a string or an array"), -1;
+    if (!json_is_array(t))
+        return sc_fail(c, KILN_E_INVALID, "'type' must be a string or an array"), -1;
     int m = 0;
     size_t i;
     const json_t *e;
@@ -212,13 +236,19 @@ static int explicit_types(sc *c, const json_t *s)
 static int value_type(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_NULL: return T_NULL;
+    case JSON_NULL:
+        return T_NULL;
     case JSON_TRUE:
-    case JSON_FALSE: return T_BOOL;
-    case JSON_OBJECT: return T_OBJ;
-    case JSON_ARRAY: return T_ARR;
-    case JSON_STRING: return T_STR;
-    case JSON_INTEGER: return T_INT;
+    case JSON_FALSE:
+        return T_BOOL;
+    case JSON_OBJECT:
+        return T_OBJ;
+    case JSON_ARRAY:
+        return T_ARR;
+    case JSON_STRING:
+        return T_STR;
+    case JSON_INTEGER:
+        return T_INT;
     case JSON_REAL: {
         double d = json_real_value(v);
         return d == (double)(int64_t)d ? T_INT : T_NUM;
@@ -233,13 +263,26 @@ static int implied_types(const json_t *s)
     static const struct {
         const char *k;
         int t;
-    } KW[] = {{"properties", T_OBJ}, {"required", T_OBJ}, {"additionalProperties", T_OBJ},
-              {"minProperties", T_OBJ}, {"maxProperties", T_OBJ}, {"patternProperties", T_OBJ},
-              {"items", T_ARR}, {"prefixItems", T_ARR}, {"minItems", T_ARR}, {"maxItems", T_ARR},
-              {"additionalItems", T_ARR}, {"uniqueItems", T_ARR}, {"minLength", T_STR},
-              {"maxLength", T_STR}, {"pattern", T_STR}, {"format", T_STR},
-              {"minimum", T_NUM | T_INT}, {"maximum", T_NUM | T_INT},
-              {"exclusiveMinimum", T_NUM | T_INT}, {"exclusiveMaximum", T_NUM | T_INT},
+    } KW[] = {{"properties", T_OBJ},
+              {"required", T_OBJ},
+              {"additionalProperties", T_OBJ},
+              {"minProperties", T_OBJ},
+              {"maxProperties", T_OBJ},
+              {"patternProperties", T_OBJ},
+              {"items", T_ARR},
+              {"prefixItems", T_ARR},
+              {"minItems", T_ARR},
+              {"maxItems", T_ARR},
+              {"additionalItems", T_ARR},
+              {"uniqueItems", T_ARR},
+              {"minLength", T_STR},
+              {"maxLength", T_STR},
+              {"pattern", T_STR},
+              {"format", T_STR},
+              {"minimum", T_NUM | T_INT},
+              {"maximum", T_NUM | T_INT},
+              {"exclusiveMinimum", T_NUM | T_INT},
+              {"exclusiveMaximum", T_NUM | T_INT},
               {"multipleOf", T_NUM | T_INT}};
     int m = 0;
     for (size_t i = 0; i < sizeof KW / sizeof *KW; i++)
@@ -259,19 +302,36 @@ static gr_expr value_one(sc *c, const json_t *s)
         return gr_ref(c->b, c->r_any);
     }
     if (json_is_false(s)) return gr_alt(c->b, NULL, 0);
-    if (!json_is_object(s)) return sc_fail(c, KILN_E_INVALID, "a schema must be an object or a boolean");
-    for (int32_t i = 0; i < c->n_memo; i++)
-        if (c->memo[i].s == s) return gr_ref(c->b, c->memo[i].r);
-    if (c->n_memo == c->cap_memo) {
-        int32_t nc = c->cap_memo ? c->cap_memo * 2 : 32;
-        sc_memo *p = realloc(c->memo, sizeof *p * (size_t)nc);
-        if (!p) return sc_fail(c, KILN_E_NOMEM, "out of memory");
-        c->memo = p;
+    if (!json_is_object(s))
+        return sc_fail(c, KILN_E_INVALID, "a schema must be an object or a boolean");
+    char *txt = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!txt) return sc_fail(c, KILN_E_NOMEM, "out of memory");
+    uint64_t h = XXH3_64bits(txt, strlen(txt)) | 1;
+    free(txt);
+    if (c->n_memo * 2 >= c->cap_memo) { /* grow the table */
+        int32_t nc = c->cap_memo ? c->cap_memo * 2 : 64;
+        sc_memo *t = calloc((size_t)nc, sizeof *t);
+        if (!t) return sc_fail(c, KILN_E_NOMEM, "out of memory");
+        for (int32_t i = 0; i < c->cap_memo; i++)
+            if (c->memo[i].h) {
+                uint32_t j = (uint32_t)c->memo[i].h & (uint32_t)(nc - 1);
+                while (t[j].h)
+                    j = (j + 1) & (uint32_t)(nc - 1);
+                t[j] = c->memo[i];
+            }
+        free(c->memo);
+        c->memo = t;
         c->cap_memo = nc;
     }
+    uint32_t j = (uint32_t)h & (uint32_t)(c->cap_memo - 1);
+    for (; c->memo[j].h; j = (j + 1) & (uint32_t)(c->cap_memo - 1))
+        if (c->memo[j].h == h &&
+            (c->memo[j].s == s || json_equal((json_t *)c->memo[j].s, (json_t *)s)))
+            return gr_ref(c->b, c->memo[j].r);
     gr_rule r = gr_rule_new(c->b, c->path[0] ? c->path : "schema");
     if (r < 0) return -1;
-    c->memo[c->n_memo++] = (sc_memo){s, r};
+    c->memo[j] = (sc_memo){s, h, r};
+    c->n_memo++;
     gr_expr body = value_list(c, &s, 1);
     if (body < 0 || gr_rule_define(c->b, r, body, NULL)) return -1;
     return gr_ref(c->b, r);
@@ -281,7 +341,8 @@ static gr_expr value_one(sc *c, const json_t *s)
 static int flatten(sc *c, const json_t *s, const json_t **list, int *n, int depth)
 {
     if (depth > SC_MAX_DEPTH)
-        return sc_fail(c, KILN_E_UNSUPPORTED, "schema nesting too deep (a recursive allOf/$ref?)"), -1;
+        return sc_fail(c, KILN_E_UNSUPPORTED, "schema nesting too deep (a recursive allOf/$ref?)"),
+               -1;
     if (json_is_true(s)) return 0;
     if (!json_is_object(s) && !json_is_false(s))
         return sc_fail(c, KILN_E_INVALID, "a schema must be an object or a boolean"), -1;
@@ -313,11 +374,13 @@ static bool pure_ref(const json_t *s)
     const json_t *v;
     json_object_foreach((json_t *)s, k, v)
     {
-        static const char *const ok[] = {"$ref", "title", "description", "$comment", "default",
-                                         "examples", "deprecated", "readOnly", "writeOnly", "$id",
-                                         "$schema", "$defs", "definitions"};
+        static const char *const ok[] = {"$ref",       "title",    "description", "$comment",
+                                         "default",    "examples", "deprecated",  "readOnly",
+                                         "writeOnly",  "$id",      "$schema",     "$defs",
+                                         "definitions"};
         bool fine = false;
-        for (size_t i = 0; i < sizeof ok / sizeof *ok && !fine; i++) fine = !strcmp(k, ok[i]);
+        for (size_t i = 0; i < sizeof ok / sizeof *ok && !fine; i++)
+            fine = !strcmp(k, ok[i]);
         if (!fine) return false;
     }
     return true;
@@ -378,7 +441,8 @@ static bool in_values(const json_t *v, const json_t *s)
 
 static bool has_values(const json_t *s)
 {
-    return json_is_object(s) && (json_object_get(s, "const") || json_is_array(json_object_get(s, "enum")));
+    return json_is_object(s) &&
+           (json_object_get(s, "const") || json_is_array(json_object_get(s, "enum")));
 }
 
 /* Every value of a's const/enum is rejected by b's const/enum. */
@@ -397,8 +461,8 @@ static bool required_has(const json_t *s, const char *key)
 {
     size_t i;
     const json_t *x;
-    json_array_foreach(json_object_get(s, "required"), i, x) if (json_is_string(x) &&
-                                                                 !strcmp(json_string_value(x), key)) return true;
+    json_array_foreach(json_object_get(s, "required"), i,
+                       x) if (json_is_string(x) && !strcmp(json_string_value(x), key)) return true;
     return false;
 }
 
@@ -413,8 +477,7 @@ static bool rejects(sc *c, const json_t *b, const json_t *a, const json_t *const
     /* a discriminator: a requires p with values b's p does not take */
     const char *k;
     const json_t *v;
-    if (json_is_object(bp) && json_is_object(ap))
-        json_object_foreach((json_t *)ap, k, v)
+    if (json_is_object(bp) && json_is_object(ap)) json_object_foreach((json_t *)ap, k, v)
         {
             const json_t *bv = json_object_get(bp, k);
             if (bv && required_has(a, k) && has_values(v) && values_rejected(bv, v)) return true;
@@ -422,6 +485,18 @@ static bool rejects(sc *c, const json_t *b, const json_t *a, const json_t *const
     /* b requires a key a never writes (a and the conjunction allow no others) */
     const json_t *req = json_object_get(b, "required");
     if (!json_is_array(req)) return false;
+    size_t ri;
+    const json_t *rq;
+    json_array_foreach(req, ri, rq) if (json_is_string(rq))
+    { /* a forbids it outright */
+        const char *key = json_string_value(rq);
+        const json_t *pv = json_is_object(ap) ? json_object_get(ap, key) : NULL;
+        const json_t *nr = json_object_get(json_object_get(a, "not"), "required");
+        if (json_is_false(pv) ||
+            (json_array_size(nr) == 1 && json_is_string(json_array_get(nr, 0)) &&
+             !strcmp(json_string_value(json_array_get(nr, 0)), key)))
+            return true;
+    }
     bool extras = false;
     const json_t *ap_a = json_object_get(a, "additionalProperties");
     if (ap_a ? !json_is_false(ap_a) : !c->strict) extras = true;
@@ -457,20 +532,78 @@ static const json_t *alt_target(sc *c, const json_t *a)
     return a;
 }
 
-static int check_one_of(sc *c, const json_t *alts, const json_t *const *ctx, int nctx)
+/* Explicit string length bounds of a conjunction ([0, -1] when none). */
+static void str_bounds(const json_t *const *l, int n, int64_t *lo, int64_t *hi)
 {
-    size_t n = json_array_size(alts);
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = i + 1; j < n; j++) {
-            const json_t *a = alt_target(c, json_array_get(alts, i));
-            const json_t *b = alt_target(c, json_array_get(alts, j));
-            if (!a || !b) return -1;
-            if (!rejects(c, b, a, ctx, nctx) || !rejects(c, a, b, ctx, nctx))
-                return sc_fail(c, KILN_E_UNSUPPORTED, "'oneOf': alternatives %zu and %zu may both "
-                               "match one value; kiln cannot enforce \"exactly one\" (use anyOf, or "
-                               "make them exclusive with distinct types, const/enum values or "
-                               "required properties)", i, j), -1;
+    *lo = 0;
+    *hi = -1;
+    for (int i = 0; i < n; i++) {
+        const json_t *a = json_object_get(l[i], "minLength"),
+                     *b = json_object_get(l[i], "maxLength");
+        if (json_is_integer(a) && json_integer_value(a) > *lo) *lo = json_integer_value(a);
+        if (json_is_integer(b) && (*hi < 0 || json_integer_value(b) < *hi))
+            *hi = json_integer_value(b);
+    }
+}
+
+/* Does every string we generate from `a` within ctx (only strings: ctx says
+ * type string) have a length b forbids? */
+static bool length_rejects(sc *c, const json_t *b, const json_t *a, const json_t *const *ctx,
+                           int nctx)
+{
+    int t = explicit_types(c, a);
+    for (int i = 0; i < nctx; i++)
+        t &= explicit_types(c, ctx[i]);
+    if (t != T_STR) return false;
+    const json_t *al[SC_MAX_LIST];
+    int n = 0;
+    for (int i = 0; i < nctx && n < SC_MAX_LIST - 1; i++)
+        al[n++] = ctx[i];
+    al[n++] = a;
+    int64_t alo, ahi, blo, bhi;
+    str_bounds(al, n, &alo, &ahi);
+    str_bounds(&b, 1, &blo, &bhi);
+    return (ahi >= 0 && ahi < blo) || (bhi >= 0 && alo > bhi);
+}
+
+/* For oneOf alternative i: every other alternative must reject what i
+ * generates. When none of the checks shows it, i is made to leave out a key
+ * the other one requires (a synthetic {"properties": {k: false}} added to
+ * *extra). Returns 0, or -1 (refused: may overlap). */
+static int one_of_exclusions(sc *c, const json_t *alts, size_t i, const json_t *const *ctx,
+                             int nctx, const json_t **extra, int *n_extra)
+{
+    const json_t *a = alt_target(c, json_array_get(alts, i));
+    if (!a) return -1;
+    for (size_t j = 0; j < json_array_size(alts); j++) {
+        if (j == i) continue;
+        const json_t *b = alt_target(c, json_array_get(alts, j));
+        if (!b) return -1;
+        if (rejects(c, b, a, ctx, nctx) || length_rejects(c, b, a, ctx, nctx)) continue;
+        /* a key b requires that neither a nor the conjunction requires */
+        const char *key = NULL;
+        size_t k;
+        json_t *r;
+        json_array_foreach(json_object_get(b, "required"), k, r)
+        {
+            if (!json_is_string(r) || key) continue;
+            bool needed = required_has(a, json_string_value(r));
+            for (int m = 0; m < nctx && !needed; m++)
+                needed = required_has(ctx[m], json_string_value(r));
+            if (!needed) key = json_string_value(r);
         }
+        if (!key || *n_extra >= SC_MAX_LIST / 2)
+            return sc_fail(
+                       c, KILN_E_UNSUPPORTED,
+                       "'oneOf': alternatives %zu and %zu may both match one "
+                       "value; kiln cannot enforce \"exactly one\" (use anyOf, or make them "
+                       "exclusive with distinct types, const/enum values or required properties)",
+                       i < j ? i : j, i < j ? j : i),
+                   -1;
+        json_t *x = keep_tmp(c, json_pack("{s:{s:b}}", "properties", key, 0));
+        if (!x) return sc_fail(c, KILN_E_NOMEM, "out of memory"), -1;
+        extra[(*n_extra)++] = x;
+    }
     return 0;
 }
 
@@ -537,6 +670,37 @@ static gr_expr literals(sc *c, const json_t *const *list, int n, int types)
 
 /* ------------------------------------------------------------ objects */
 
+/* Does `name` match the (unanchored) pattern? -1 when the pattern does not
+ * compile. Declared names are plain text, so PCRE2 reads the ECMAScript
+ * patterns schemas use the same way validators do. */
+static int name_matches(const char *pattern, const char *name)
+{
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &ec, &eo, NULL);
+    if (!re) return -1;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    int rc = md ? pcre2_match(re, (PCRE2_SPTR)name, PCRE2_ZERO_TERMINATED, 0, 0, md, NULL) : -1;
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return rc >= 0 ? 1 : rc == PCRE2_ERROR_NOMATCH ? 0 : -1;
+}
+
+/* Is key k matched by one of s's patternProperties? (-1: a bad pattern) */
+static int own_pattern(const json_t *s, const char *k)
+{
+    const json_t *pp = json_object_get(s, "patternProperties");
+    const char *pat;
+    json_t *v;
+    json_object_foreach((json_t *)pp, pat, v)
+    {
+        int m = name_matches(pat, k);
+        if (m) return m;
+    }
+    return 0;
+}
+
 typedef struct {
     const char *key;
     const json_t *schemas[SC_MAX_LIST];
@@ -545,11 +709,6 @@ typedef struct {
 } prop;
 
 static const uint32_t PLAIN[] = {0x20, 0x21, 0x23, 0x5B, 0x5D, GR_MAX_CP}; /* unescaped */
-
-static bool plain_cp(uint32_t c)
-{
-    return c >= 0x20 && c != '"' && c != '\\';
-}
 
 /* "key" as a JSON string literal */
 static gr_expr key_lit(sc *c, const char *key)
@@ -563,99 +722,22 @@ static gr_expr key_lit(sc *c, const char *key)
     return e;
 }
 
-typedef struct {
-    uint32_t cp[257];
-    int len;
-} cpname;
-
-static void decode(const char *s, cpname *o)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    o->len = 0;
-    while (*u && o->len < 257) {
-        uint32_t c = *u;
-        int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
-        if (n > 1) c &= (1u << (7 - n)) - 1;
-        for (int i = 1; i < n && u[i]; i++) c = c << 6 | (u[i] & 0x3F);
-        for (int i = 0; i < n && *u; i++) u++;
-        o->cp[o->len++] = c;
-    }
-}
-
-/* Key bodies (plain characters) unequal to every names[i][depth..], all names
- * sharing their first depth characters: stop off a name, leave the trie with a
- * character no name continues with, or follow one. */
-static gr_expr not_in(sc *c, cpname **names, int n, int depth, gr_expr any)
-{
-    gr_builder *b = c->b;
-    if (depth > 256) return sc_fail(c, KILN_E_UNSUPPORTED, "property name longer than 256 characters");
-    bool ends_here = false;
-    uint32_t kids[SC_MAX_ALTS];
-    int nk = 0;
-    for (int i = 0; i < n; i++) {
-        if (names[i]->len == depth) {
-            ends_here = true;
-            continue;
-        }
-        uint32_t ch = names[i]->cp[depth];
-        int k = 0;
-        while (k < nk && kids[k] != ch) k++;
-        if (k == nk && nk < SC_MAX_ALTS) kids[nk++] = ch;
-    }
-    gr_expr alts[SC_MAX_ALTS + 2];
-    int na = 0;
-    if (!ends_here) alts[na++] = gr_seq(b, NULL, 0);
-    uint32_t *pairs = malloc(sizeof *pairs * 2 * (size_t)(nk + 3));
-    if (!pairs) return sc_fail(c, KILN_E_NOMEM, "out of memory");
-    int np = 0; /* PLAIN minus kids: complement of (kids + non-plain) */
-    for (int k = 0; k < nk; k++) pairs[2 * np] = pairs[2 * np + 1] = kids[k], np++;
-    pairs[2 * np] = 0, pairs[2 * np + 1] = 0x1F, np++;
-    pairs[2 * np] = '"', pairs[2 * np + 1] = '"', np++;
-    pairs[2 * np] = '\\', pairs[2 * np + 1] = '\\', np++;
-    gr_expr off = gr_class(b, pairs, (size_t)np, true);
-    free(pairs);
-    alts[na++] = gr_seq2(b, off, any);
-    cpname **sub = malloc(sizeof *sub * (size_t)(n + 1));
-    if (!sub) return sc_fail(c, KILN_E_NOMEM, "out of memory");
-    for (int k = 0; k < nk; k++) {
-        if (!plain_cp(kids[k])) continue; /* no key can hold it: nothing to exclude */
-        int ns = 0;
-        for (int i = 0; i < n; i++)
-            if (names[i]->len > depth && names[i]->cp[depth] == kids[k]) sub[ns++] = names[i];
-        uint8_t u[4];
-        int ul = gr_utf8_encode(kids[k], u);
-        gr_expr rest = not_in(c, sub, ns, depth + 1, any);
-        if (rest < 0) {
-            free(sub);
-            return -1;
-        }
-        alts[na++] = gr_seq2(b, gr_lit(b, (const char *)u, (size_t)ul), rest);
-    }
-    free(sub);
-    return gr_alt(b, alts, (size_t)na);
-}
-
+/* A key for an extra property: a string without escapes, unequal to every
+ * declared name (a rule of its own: a leaf, built once however often used). */
 static gr_expr extra_key(sc *c, const prop *props, int np)
 {
     gr_builder *b = c->b;
-    gr_expr any = gr_rep(b, gr_class(b, PLAIN, 3, false), 0, -1);
-    cpname *store = malloc(sizeof *store * (size_t)(np + 1));
-    cpname **names = malloc(sizeof *names * (size_t)(np + 1));
-    if (!store || !names) {
-        free(store);
-        free(names);
-        return sc_fail(c, KILN_E_NOMEM, "out of memory");
-    }
-    for (int i = 0; i < np; i++) {
-        decode(props[i].key, &store[i]);
-        names[i] = &store[i];
-    }
-    gr_expr body = not_in(c, names, np, 0, any);
-    free(store);
+    const char **names = malloc(sizeof *names * (size_t)(np + 1));
+    if (!names) return sc_fail(c, KILN_E_NOMEM, "out of memory");
+    for (int i = 0; i < np; i++)
+        names[i] = props[i].key;
+    gr_expr body = gr_class_star_except(b, gr_class(b, PLAIN, 3, false), names, (size_t)np);
     free(names);
     gr_expr q = gr_str(b, "\"");
     gr_expr x[] = {q, body, q};
-    return gr_seq(b, x, 3);
+    gr_rule r = gr_rule_new(b, "extra-key");
+    if (r < 0 || gr_rule_define(b, r, gr_seq(b, x, 3), NULL)) return -1;
+    return gr_ref(b, r);
 }
 
 static prop *prop_get(prop **props, int *np, int *cap, const char *key)
@@ -691,7 +773,8 @@ static gr_expr prop_value(sc *c, const prop *p)
     return e;
 }
 
-static int get_count(sc *c, const json_t *const *list, int n, const char *key, bool take_max, int64_t *out)
+static int get_count(sc *c, const json_t *const *list, int n, const char *key, bool take_max,
+                     int64_t *out)
 {
     *out = -1;
     for (int i = 0; i < n; i++) {
@@ -721,7 +804,8 @@ static gr_expr object_body(sc *c, prop *L, int k, bool extras, gr_expr extra_val
         ekv = gr_seq(b, x, 6);
     }
     int r = 0;
-    while (r < k && !L[r].required) r++;
+    while (r < k && !L[r].required)
+        r++;
     /* suffix(i): the properties from i on, each after a comma, then extras */
     bool rules = (int64_t)(r + 1) * k > 64;
     gr_expr *suf = malloc(sizeof *suf * (size_t)(k + 2));
@@ -783,8 +867,8 @@ static gr_expr object_expr(sc *c, const json_t *const *list, int n)
             if (p->n < SC_MAX_LIST) p->schemas[p->n++] = v;
         }
         const json_t *pp = json_object_get(list[i], "patternProperties");
-        if (pp && (!json_is_object(pp) || json_object_size(pp))) {
-            sc_fail(c, KILN_E_UNSUPPORTED, "'patternProperties' is not supported");
+        if (pp && !json_is_object(pp)) {
+            sc_fail(c, KILN_E_INVALID, "'patternProperties' must be an object");
             goto done;
         }
     }
@@ -808,7 +892,31 @@ static gr_expr object_expr(sc *c, const json_t *const *list, int n)
             p->required = true;
         }
     }
-    /* additionalProperties: each member's applies to keys outside its own properties */
+    /* patternProperties: a declared key a pattern matches takes that schema too;
+     * no key is ever generated for a pattern alone (a valid subset) */
+    bool patterns = false;
+    for (int i = 0; i < n; i++) {
+        const json_t *pp = json_object_get(list[i], "patternProperties");
+        const char *pat;
+        json_t *v;
+        json_object_foreach((json_t *)pp, pat, v)
+        {
+            patterns = true;
+            for (int k = 0; k < np; k++) {
+                int m = name_matches(pat, props[k].key);
+                if (m < 0) {
+                    sc_fail(c, KILN_E_UNSUPPORTED,
+                            "'patternProperties': pattern \"%.60s\" is not "
+                            "supported",
+                            pat);
+                    goto done;
+                }
+                if (m && props[k].n < SC_MAX_LIST) props[k].schemas[props[k].n++] = v;
+            }
+        }
+    }
+    /* additionalProperties: each member's applies to keys outside its own
+     * properties and patterns */
     bool said = false, extras = true;
     const json_t *extra_schemas[SC_MAX_LIST];
     int ne = 0;
@@ -816,7 +924,8 @@ static gr_expr object_expr(sc *c, const json_t *const *list, int n)
         const json_t *ap = json_object_get(list[i], "additionalProperties");
         const json_t *up = json_object_get(list[i], "unevaluatedProperties");
         if (up && !json_is_boolean(up)) {
-            sc_fail(c, KILN_E_UNSUPPORTED, "'unevaluatedProperties' with a schema is not supported");
+            sc_fail(c, KILN_E_UNSUPPORTED,
+                    "'unevaluatedProperties' with a schema is not supported");
             goto done;
         }
         if (up && json_is_false(up)) { /* within a conjunction: the union of its properties */
@@ -828,18 +937,75 @@ static gr_expr object_expr(sc *c, const json_t *const *list, int n)
         if (json_is_true(ap)) continue;
         const json_t *own = json_object_get(list[i], "properties");
         for (int k = 0; k < np; k++)
-            if (!json_object_get(own, props[k].key)) {
-                if (json_is_false(ap)) props[k].forbidden = true;
-                else if (props[k].n < SC_MAX_LIST) props[k].schemas[props[k].n++] = ap;
+            if (!json_object_get(own, props[k].key) && own_pattern(list[i], props[k].key) == 0) {
+                if (json_is_false(ap))
+                    props[k].forbidden = true;
+                else if (props[k].n < SC_MAX_LIST)
+                    props[k].schemas[props[k].n++] = ap;
             }
-        if (json_is_false(ap)) extras = false;
-        else if (json_is_object(ap) && ne < SC_MAX_LIST) extra_schemas[ne++] = ap;
+        if (json_is_false(ap))
+            extras = false;
+        else if (json_is_object(ap) && ne < SC_MAX_LIST)
+            extra_schemas[ne++] = ap;
         else if (!json_is_object(ap)) {
             sc_fail(c, KILN_E_INVALID, "'additionalProperties' must be a boolean or a schema");
             goto done;
         }
     }
     if (!said) extras = !c->strict;
+    if (patterns) extras = false;
+    /* dependencies (array form) / dependentRequired: a present key needs
+     * others: require them too when they may appear, else leave the key out */
+    for (int i = 0; i < n; i++) {
+        static const char *const dk[] = {"dependencies", "dependentRequired"};
+        for (int d = 0; d < 2; d++) {
+            const json_t *deps = json_object_get(list[i], dk[d]);
+            if (deps && !json_is_object(deps)) {
+                sc_fail(c, KILN_E_INVALID, "'%s' must be an object", dk[d]);
+                goto done;
+            }
+            const char *key;
+            json_t *v;
+            json_object_foreach((json_t *)deps, key, v)
+            {
+                if (!json_is_array(v)) {
+                    sc_fail(c, KILN_E_UNSUPPORTED, "'%s' with a schema is not supported", dk[d]);
+                    goto done;
+                }
+                prop *a = NULL;
+                for (int k = 0; k < np; k++)
+                    if (!strcmp(props[k].key, key)) a = &props[k];
+                if (!a || a->forbidden) continue;
+                bool ok = true;
+                size_t j;
+                json_t *q;
+                json_array_foreach(v, j, q)
+                {
+                    if (!json_is_string(q)) continue;
+                    bool found = false;
+                    for (int k = 0; k < np; k++)
+                        if (!strcmp(props[k].key, json_string_value(q)))
+                            found = !props[k].forbidden;
+                    if (!found && !extras) ok = false;
+                }
+                if (!ok) {
+                    if (a->required) { /* required, and its dependents cannot appear */
+                        out = gr_alt(c->b, NULL, 0);
+                        goto done;
+                    }
+                    a->forbidden = true;
+                    continue;
+                }
+                json_array_foreach(v, j, q)
+                {
+                    if (!json_is_string(q)) continue;
+                    prop *p = prop_get(&props, &np, &cap, json_string_value(q));
+                    if (!p) goto nomem;
+                    p->required = true;
+                }
+            }
+        }
+    }
     int k = 0, n_req = 0;
     for (int i = 0; i < np; i++) {
         if (props[i].forbidden) {
@@ -856,11 +1022,15 @@ static gr_expr object_expr(sc *c, const json_t *const *list, int n)
     if (get_count(c, list, n, "minProperties", true, &minp) ||
         get_count(c, list, n, "maxProperties", false, &maxp))
         goto done;
+    if (!said && !patterns && minp > k)
+        extras = true; /* strict, but it needs more keys than it declares */
     bool nonempty = false;
     if (minp > n_req) {
-        if (minp == 1) nonempty = true;
+        if (minp == 1)
+            nonempty = true;
         else {
-            sc_fail(c, KILN_E_UNSUPPORTED, "'minProperties' above the number of required properties "
+            sc_fail(c, KILN_E_UNSUPPORTED,
+                    "'minProperties' above the number of required properties "
                     "is not supported");
             goto done;
         }
@@ -871,7 +1041,8 @@ static gr_expr object_expr(sc *c, const json_t *const *list, int n)
             goto done;
         }
         if (extras || k > maxp) {
-            sc_fail(c, KILN_E_UNSUPPORTED, "'maxProperties' below the number of allowed properties "
+            sc_fail(c, KILN_E_UNSUPPORTED,
+                    "'maxProperties' below the number of allowed properties "
                     "is not supported");
             goto done;
         }
@@ -903,22 +1074,29 @@ static gr_expr array_expr(sc *c, const json_t *const *list, int n)
     gr_builder *b = c->b;
     size_t ntup = 0; /* tuple positions: prefixItems, or items as an array (drafts <= 2019) */
     for (int i = 0; i < n; i++) {
-        const json_t *pi = json_object_get(list[i], "prefixItems"), *it = json_object_get(list[i], "items");
-        if (pi && !json_is_array(pi)) return sc_fail(c, KILN_E_INVALID, "'prefixItems' must be an array");
+        const json_t *pi = json_object_get(list[i], "prefixItems"),
+                     *it = json_object_get(list[i], "items");
+        if (pi && !json_is_array(pi))
+            return sc_fail(c, KILN_E_INVALID, "'prefixItems' must be an array");
         const json_t *P = pi ? pi : json_is_array(it) ? it : NULL;
         if (P && json_array_size(P) > ntup) ntup = json_array_size(P);
     }
     int64_t minI, maxI;
-    if (get_count(c, list, n, "minItems", true, &minI) || get_count(c, list, n, "maxItems", false, &maxI))
+    if (get_count(c, list, n, "minItems", true, &minI) ||
+        get_count(c, list, n, "maxItems", false, &maxI))
         return -1;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { /* uniqueItems: arrays of at most one item are (a valid subset) */
         const json_t *ui = json_object_get(list[i], "uniqueItems");
-        if (ui && json_is_true(ui) && (maxI < 0 || maxI > 1))
-            return sc_fail(c, KILN_E_UNSUPPORTED, "'uniqueItems': true is not supported (a grammar "
-                           "cannot compare items)");
+        if (!ui || !json_is_true(ui) || (maxI >= 0 && maxI <= 1)) continue;
+        if (minI > 1)
+            return sc_fail(c, KILN_E_UNSUPPORTED,
+                           "'uniqueItems': true with minItems above 1 is not "
+                           "supported (a grammar cannot compare items)");
+        maxI = 1;
     }
     if (maxI >= 0 && minI > maxI) return gr_alt(b, NULL, 0);
-    if (minI > 10000 || maxI > 10000) return sc_fail(c, KILN_E_UNSUPPORTED, "'minItems'/'maxItems' over 10000");
+    if (minI > 10000 || maxI > 10000)
+        return sc_fail(c, KILN_E_UNSUPPORTED, "'minItems'/'maxItems' over 10000");
     if (maxI >= 0 && (int64_t)ntup > maxI) ntup = (size_t)maxI;
     gr_expr ws = gr_json_ws(b), comma = gr_seq2(b, gr_str(b, ","), ws);
     /* the element at position i: every member's schema for it */
@@ -928,9 +1106,12 @@ static gr_expr array_expr(sc *c, const json_t *const *list, int n)
         const json_t *sch[SC_MAX_LIST];
         int ns = 0;
         for (int m = 0; m < n; m++) {
-            const json_t *pi = json_object_get(list[m], "prefixItems"), *it = json_object_get(list[m], "items");
+            const json_t *pi = json_object_get(list[m], "prefixItems"),
+                         *it = json_object_get(list[m], "items");
             const json_t *P = pi ? pi : json_is_array(it) ? it : NULL;
-            const json_t *R = pi ? it : json_is_array(it) ? json_object_get(list[m], "additionalItems") : it;
+            const json_t *R = pi                  ? it
+                              : json_is_array(it) ? json_object_get(list[m], "additionalItems")
+                                                  : it;
             const json_t *s = i < ntup && P && i < json_array_size(P) ? json_array_get(P, i) : R;
             if (s && ns < SC_MAX_LIST) sch[ns++] = s;
         }
@@ -961,8 +1142,9 @@ static gr_expr array_expr(sc *c, const json_t *const *list, int n)
     } else {
         int64_t tmin = lo > (int64_t)ntup ? lo - (int64_t)ntup : 0;
         int64_t tmax = maxI < 0 ? -1 : maxI - (int64_t)ntup;
-        gr_expr tail = tmax == 0 ? gr_seq(b, NULL, 0)
-                                 : gr_rep(b, gr_seq2(b, comma, el[ntup]), (int32_t)tmin, (int32_t)tmax);
+        gr_expr tail = tmax == 0
+                           ? gr_seq(b, NULL, 0)
+                           : gr_rep(b, gr_seq2(b, comma, el[ntup]), (int32_t)tmin, (int32_t)tmax);
         for (size_t i = ntup; i-- > 0;) {
             gr_expr inner = gr_seq2(b, el[i], tail);
             tail = i == 0 ? inner : gr_seq2(b, comma, inner);
@@ -989,7 +1171,6 @@ static gr_expr distribute(sc *c, const json_t **list, int n, int at, const char 
     const json_t *alts = json_object_get(list[at], kw);
     if (!json_is_array(alts) || !json_array_size(alts))
         return sc_fail(c, KILN_E_INVALID, "'%s' must be a non-empty array", kw);
-    if (!strcmp(kw, "oneOf") && check_one_of(c, alts, list, n)) return -1;
     json_t *copy = keep_tmp(c, json_copy((json_t *)list[at]));
     if (!copy) return sc_fail(c, KILN_E_NOMEM, "out of memory");
     json_object_del(copy, kw);
@@ -999,11 +1180,17 @@ static gr_expr distribute(sc *c, const json_t **list, int n, int at, const char 
     json_t *a;
     json_array_foreach(alts, i, a)
     {
-        if (no == SC_MAX_ALTS) return sc_fail(c, KILN_E_UNSUPPORTED, "'%s' with over %d alternatives", kw, SC_MAX_ALTS);
-        const json_t *nl[SC_MAX_LIST];
-        int k = 0;
-        for (int j = 0; j < n && k < SC_MAX_LIST - 1; j++) nl[k++] = j == at ? copy : list[j];
+        if (no == SC_MAX_ALTS)
+            return sc_fail(c, KILN_E_UNSUPPORTED, "'%s' with over %d alternatives", kw,
+                           SC_MAX_ALTS);
+        const json_t *nl[SC_MAX_LIST], *extra[SC_MAX_LIST];
+        int k = 0, ne = 0;
+        for (int j = 0; j < n && k < SC_MAX_LIST - 1; j++)
+            nl[k++] = j == at ? copy : list[j];
+        if (!strcmp(kw, "oneOf") && one_of_exclusions(c, alts, i, nl, k, extra, &ne)) return -1;
         nl[k++] = a;
+        for (int j = 0; j < ne && k < SC_MAX_LIST; j++)
+            nl[k++] = extra[j];
         char idx[24];
         snprintf(idx, sizeof idx, "%zu", i);
         size_t p = path_push(c, kw, idx);
@@ -1012,6 +1199,55 @@ static gr_expr distribute(sc *c, const json_t **list, int n, int at, const char 
         if (c->b->failed) return -1;
     }
     return gr_alt(c->b, out, (size_t)no);
+}
+
+/* `not` the grammar can honour: {"type": ...} (those types are left out),
+ * {"required": [...]} and {"anyOf": [{"required": [...]}, ...]} (one key of
+ * each is left out: a synthetic {"properties": {k: false}} joins the list).
+ * Anything else is refused. */
+static int not_rules(sc *c, const json_t **list, int *n, int *excluded)
+{
+    for (int i = 0, n0 = *n; i < n0; i++) {
+        const json_t *nt = json_object_get(list[i], "not");
+        if (!nt) continue;
+        if (json_is_false(nt)) continue; /* not false: anything */
+        if (!json_is_object(nt)) return sc_fail(c, KILN_E_INVALID, "'not' must be a schema"), -1;
+        const json_t *alts[SC_MAX_LIST];
+        int na = 0;
+        const json_t *any = json_object_get(nt, "anyOf");
+        if (json_is_array(any) && json_object_size(nt) == 1) {
+            size_t j;
+            json_t *x;
+            json_array_foreach(any, j, x) if (na < SC_MAX_LIST) alts[na++] = x;
+        } else {
+            alts[na++] = nt;
+        }
+        for (int k = 0; k < na; k++) {
+            const json_t *x = alts[k], *ty = json_object_get(x, "type"),
+                         *rq = json_object_get(x, "required");
+            size_t keys = json_object_size(x) - (json_object_get(x, "description") ? 1 : 0) -
+                          (json_object_get(x, "title") ? 1 : 0);
+            if (ty && keys == 1) {
+                int t = explicit_types(c, x);
+                if (t < 0) return -1;
+                *excluded |= t;
+            } else if (json_is_array(rq) && json_array_size(rq) && keys == 1 &&
+                       json_is_string(json_array_get(rq, 0))) {
+                if (*n >= SC_MAX_LIST)
+                    return sc_fail(c, KILN_E_UNSUPPORTED, "'not': too many rules"), -1;
+                json_t *f = keep_tmp(c, json_pack("{s:{s:b}}", "properties",
+                                                  json_string_value(json_array_get(rq, 0)), 0));
+                if (!f) return sc_fail(c, KILN_E_NOMEM, "out of memory"), -1;
+                list[(*n)++] = f;
+            } else {
+                return sc_fail(c, KILN_E_UNSUPPORTED,
+                               "'not' is supported only with 'type' or "
+                               "'required'"),
+                       -1;
+            }
+        }
+    }
+    return 0;
 }
 
 static gr_expr value_list_inner(sc *c, const json_t *const *in, int n_in)
@@ -1030,6 +1266,8 @@ static gr_expr value_list_inner(sc *c, const json_t *const *in, int n_in)
         if (json_object_get(list[i], "anyOf")) return distribute(c, list, n, i, "anyOf");
         if (json_object_get(list[i], "oneOf")) return distribute(c, list, n, i, "oneOf");
     }
+    int excluded = 0; /* types `not` rules out */
+    if (not_rules(c, list, &n, &excluded)) return -1;
     int types = T_ALL;
     bool explicit = false, values = false;
     for (int i = 0; i < n; i++) {
@@ -1038,7 +1276,8 @@ static gr_expr value_list_inner(sc *c, const json_t *const *in, int n_in)
         json_object_foreach((json_t *)list[i], k, v)
         {
             for (size_t u = 0; u < sizeof UNSUPPORTED / sizeof *UNSUPPORTED; u++)
-                if (!strcmp(k, UNSUPPORTED[u])) return sc_fail(c, KILN_E_UNSUPPORTED, "'%s' is not supported", k);
+                if (!strcmp(k, UNSUPPORTED[u]))
+                    return sc_fail(c, KILN_E_UNSUPPORTED, "'%s' is not supported", k);
         }
         int t = explicit_types(c, list[i]);
         if (t < 0) return -1;
@@ -1057,8 +1296,16 @@ static gr_expr value_list_inner(sc *c, const json_t *const *in, int n_in)
     }
     if (!explicit) {
         int im = 0;
-        for (int i = 0; i < n; i++) im |= implied_types(list[i]);
+        for (int i = 0; i < n; i++)
+            im |= implied_types(list[i]);
         if (im) types = im;
+    }
+    if (excluded) {
+        if ((excluded & T_INT) && !(excluded & T_NUM) && (types & T_NUM))
+            return sc_fail(c, KILN_E_UNSUPPORTED,
+                           "'not': {\"type\": \"integer\"} beside numbers is not supported");
+        types &= ~excluded;
+        if (excluded & T_NUM) types &= ~T_INT;
     }
     gr_expr alts[8];
     int na = 0;
@@ -1067,8 +1314,10 @@ static gr_expr value_list_inner(sc *c, const json_t *const *in, int n_in)
     if (types & T_OBJ) alts[na++] = object_expr(c, list, n);
     if (types & T_ARR) alts[na++] = array_expr(c, list, n);
     if (types & T_STR) alts[na++] = sc_string(c, list, n);
-    if (types & T_NUM) alts[na++] = sc_number(c, list, n, false);
-    else if (types & T_INT) alts[na++] = sc_number(c, list, n, true);
+    if (types & T_NUM)
+        alts[na++] = sc_number(c, list, n, false);
+    else if (types & T_INT)
+        alts[na++] = sc_number(c, list, n, true);
     for (int i = 0; i < na; i++)
         if (alts[i] < 0) return -1;
     return gr_alt(c->b, alts, (size_t)na);
@@ -1095,15 +1344,22 @@ kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, bool s
                                      kiln_err *err)
 {
     *out = -1;
-    sc c = {.b = b, .root = schema, .strict = strict, .r_string = -1, .r_number = -1,
-            .r_integer = -1, .r_any = -1, .err = err};
+    sc c = {.b = b,
+            .root = schema,
+            .strict = strict,
+            .r_string = -1,
+            .r_number = -1,
+            .r_integer = -1,
+            .r_any = -1,
+            .err = err};
     if (!b->failed) {
         if (!json_is_object(schema) && !json_is_boolean(schema))
             sc_fail(&c, KILN_E_INVALID, "the schema must be an object or a boolean");
         else
             *out = value_one(&c, schema);
     }
-    for (int32_t i = 0; i < c.n_tmp; i++) json_decref(c.tmp[i]);
+    for (int32_t i = 0; i < c.n_tmp; i++)
+        json_decref(c.tmp[i]);
     free(c.tmp);
     free(c.memo);
     if (b->failed) {

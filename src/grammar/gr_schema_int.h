@@ -10,7 +10,8 @@
 #define SC_MAX_LIST 64
 
 typedef struct {
-    const json_t *s;
+    const json_t *s; /* BORROWED (the schema, or a kept copy) */
+    uint64_t h;      /* hash of its canonical text: equal subschemas share a rule */
     gr_rule r;
 } sc_memo;
 
@@ -18,9 +19,14 @@ typedef struct {
     gr_builder *b;
     const json_t *root;
     bool strict;
-    sc_memo *memo; /* OWNED: schema object -> its rule */
-    int32_t n_memo, cap_memo;
-    json_t **tmp;  /* OWNED references: schema copies made while distributing anyOf */
+    sc_memo *memo;            /* OWNED: open-addressing table, schema (by content) -> its rule */
+    int32_t n_memo, cap_memo; /* cap_memo: a power of two */
+    struct {
+        const char *name;
+        gr_rule r;
+    } fmt[32]; /* format name -> its string rule (name BORROWED from the schema) */
+    int n_fmt;
+    json_t **tmp; /* OWNED references: schema copies made while distributing anyOf */
     int32_t n_tmp, cap_tmp;
     gr_rule r_string, r_number, r_integer, r_any; /* shared rules, -1 until first use */
     int depth;

@@ -27,12 +27,13 @@
 
 #define Y "([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
 #define DATE                                                                                       \
-    "(" Y "-(0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|" Y "-(0[469]|11)-(0[1-9]|[12][0-9]|30)|" Y \
-    "-02-(0[1-9]|1[0-9]|2[0-8])|([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|"     \
+    "(" Y "-(0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|" Y "-(0[469]|11)-(0[1-9]|[12][0-9]|30)|" Y  \
+    "-02-(0[1-9]|1[0-9]|2[0-8])|([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|"      \
     "[13579][26])00)-02-29)"
 #define TIME                                                                                       \
-    "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
-#define LABEL "[A-Za-z]([A-Za-z0-9-]{0,28}[A-Za-z0-9])?"
+    "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]" \
+    ")"
+#define LABEL "[A-Za-z]([A-Za-z0-9]|-[A-Za-z0-9]){0,14}"
 #define HOST LABEL "(\\." LABEL "){0,3}"
 #define PCHAR "[A-Za-z0-9._~!$&'()*+,;=:@-]"
 #define URI                                                                                        \
@@ -53,10 +54,12 @@ static const struct {
     {"duration", "^" DUR "$"},
     {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
     {"email", "^[A-Za-z0-9]+([._+-][A-Za-z0-9]+)*@" LABEL "(\\." LABEL "){0,2}\\.[A-Za-z]{2,6}$"},
-    {"idn-email", "^[A-Za-z0-9]+([._+-][A-Za-z0-9]+)*@" LABEL "(\\." LABEL "){0,2}\\.[A-Za-z]{2,6}$"},
+    {"idn-email",
+     "^[A-Za-z0-9]+([._+-][A-Za-z0-9]+)*@" LABEL "(\\." LABEL "){0,2}\\.[A-Za-z]{2,6}$"},
     {"hostname", "^" HOST "$"},
     {"idn-hostname", "^" HOST "$"},
-    {"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
+    {"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-"
+             "9]|[1-9]?[0-9])$"},
     {"ipv6", "^([0-9a-f]{1,4}:){7}[0-9a-f]{1,4}$"},
     {"uri", "^" URI "$"},
     {"iri", "^" URI "$"},
@@ -69,10 +72,14 @@ static const struct {
 };
 
 /* The JSON Schema format vocabulary (drafts 4 to 2020-12); others are ignored. */
-static const char *const SPEC_FORMATS[] = {
-    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
-    "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
-    "json-pointer", "relative-json-pointer", "regex", "host-name", "ip-address", "color", "utc-millisec"};
+static const char *const SPEC_FORMATS[] = {"date-time",    "date",          "time",
+                                           "duration",     "email",         "idn-email",
+                                           "hostname",     "idn-hostname",  "ipv4",
+                                           "ipv6",         "uri",           "uri-reference",
+                                           "iri",          "iri-reference", "uuid",
+                                           "uri-template", "json-pointer",  "relative-json-pointer",
+                                           "regex",        "host-name",     "ip-address",
+                                           "color",        "utc-millisec"};
 
 static gr_expr quoted(sc *c, gr_expr body)
 {
@@ -112,6 +119,7 @@ gr_expr sc_string(sc *c, const json_t *const *list, int n)
     int64_t min = 0, max = -1;
     gr_expr parts[SC_MAX_LIST * 2 + 1];
     int np = 0;
+    const char *fmt_only = NULL; /* the format, when the list has nothing else */
     for (int i = 0; i < n; i++) {
         const json_t *s = list[i], *v;
         if ((v = json_object_get(s, "minLength"))) {
@@ -136,7 +144,10 @@ gr_expr sc_string(sc *c, const json_t *const *list, int n)
             if (!json_is_string(v)) return sc_fail(c, KILN_E_INVALID, "'format' must be a string");
             gr_expr e = format_expr(c, json_string_value(v));
             if (e == -1) return -1;
-            if (e >= 0) parts[np++] = e;
+            if (e >= 0) {
+                parts[np++] = e;
+                fmt_only = json_string_value(v);
+            }
         }
     }
     if (max >= 0 && min > max) return gr_alt(c->b, NULL, 0); /* nothing */
@@ -145,6 +156,13 @@ gr_expr sc_string(sc *c, const json_t *const *list, int n)
     if (np == 0 && min == 0 && max < 0) {
         if (c->r_string < 0) c->r_string = leaf_rule(c, "string", gr_json_string(c->b, 0, -1));
         return gr_ref(c->b, c->r_string);
+    }
+    if (np == 1 && min == 0 && max < 0 && fmt_only) { /* one format: one rule per grammar */
+        for (int i = 0; i < c->n_fmt; i++)
+            if (!strcmp(c->fmt[i].name, fmt_only)) return gr_ref(c->b, c->fmt[i].r);
+        gr_rule r = leaf_rule(c, fmt_only, parts[0]);
+        if (r >= 0 && c->n_fmt < 32) c->fmt[c->n_fmt].name = fmt_only, c->fmt[c->n_fmt++].r = r;
+        return gr_ref(c->b, r);
     }
     if (min > 0 || max >= 0) parts[np++] = gr_json_string(c->b, (int32_t)min, (int32_t)max);
     if (np == 1) return gr_ref(c->b, leaf_rule(c, "string", parts[0]));
@@ -183,12 +201,17 @@ static int dec_of(double x, dec *d)
     if (point > 30 || point < -30) return -1;
     char ip[40], fp[80];
     int ni = 0, nf = 0;
-    for (int i = 0; i < point; i++) ip[ni++] = i < nd ? digs[i] : '0';
-    for (int i = point; i < 0; i++) fp[nf++] = '0';
-    for (int i = point > 0 ? point : 0; i < nd; i++) fp[nf++] = digs[i];
-    while (nf > 0 && fp[nf - 1] == '0') nf--;
+    for (int i = 0; i < point; i++)
+        ip[ni++] = i < nd ? digs[i] : '0';
+    for (int i = point; i < 0; i++)
+        fp[nf++] = '0';
+    for (int i = point > 0 ? point : 0; i < nd; i++)
+        fp[nf++] = digs[i];
+    while (nf > 0 && fp[nf - 1] == '0')
+        nf--;
     int s = 0;
-    while (s < ni - 1 && ip[s] == '0') s++;
+    while (s < ni - 1 && ip[s] == '0')
+        s++;
     if (ni == 0) ip[ni++] = '0', s = 0;
     if (ni - s >= (int)sizeof d->ip || nf >= (int)sizeof d->fp) return -1;
     memcpy(d->ip, ip + s, (size_t)(ni - s));
@@ -234,7 +257,8 @@ static gr_expr int_lt(sc *c, const char *H)
         same = gr_alt2(c->b, down, gr_seq2(c->b, digit(c, d, d), same));
     }
     if (n < 2) return same;
-    gr_expr shorter = gr_alt2(c->b, gr_str(c->b, "0"), gr_seq2(c->b, digit(c, 1, 9), digits(c, 0, n - 2)));
+    gr_expr shorter =
+        gr_alt2(c->b, gr_str(c->b, "0"), gr_seq2(c->b, digit(c, 1, 9), digits(c, 0, n - 2)));
     return gr_alt2(c->b, shorter, same);
 }
 
@@ -284,7 +308,10 @@ static gr_expr frac_le(sc *c, const char *F, bool strict, bool integer)
     gr_expr zeros = gr_rep(c->b, gr_str(c->b, "0"), 0, -1);
     if (!n) /* value must be 0: no fraction, or zeros */
         return strict ? nothing
-                      : gr_rep(c->b, gr_seq2(c->b, gr_str(c->b, "."), gr_rep(c->b, gr_str(c->b, "0"), 1, -1)), 0, 1);
+                      : gr_rep(c->b,
+                               gr_seq2(c->b, gr_str(c->b, "."),
+                                       gr_rep(c->b, gr_str(c->b, "0"), 1, -1)),
+                               0, 1);
     gr_expr le = strict ? nothing : zeros;
     for (int i = n - 1; i >= 1; i--) {
         int d = F[i] - '0';
@@ -320,7 +347,8 @@ static gr_expr mag_le(sc *c, const dec *d, bool strict, bool integer)
 static gr_expr num_ge(sc *c, const dec *lo, bool strict, bool integer)
 {
     if (!lo->neg) return mag_ge(c, lo, strict, integer);
-    return gr_alt2(c->b, mag_any(c, integer), gr_seq2(c->b, gr_str(c->b, "-"), mag_le(c, lo, strict, integer)));
+    return gr_alt2(c->b, mag_any(c, integer),
+                   gr_seq2(c->b, gr_str(c->b, "-"), mag_le(c, lo, strict, integer)));
 }
 
 static gr_expr num_le(sc *c, const dec *hi, bool strict, bool integer)
@@ -352,12 +380,15 @@ static int read_bounds(sc *c, const json_t *const *list, int n, bounds *b)
     for (int i = 0; i < n; i++) {
         const json_t *s = list[i];
         const json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
-        const json_t *emn = json_object_get(s, "exclusiveMinimum"), *emx = json_object_get(s, "exclusiveMaximum");
+        const json_t *emn = json_object_get(s, "exclusiveMinimum"),
+                     *emx = json_object_get(s, "exclusiveMaximum");
         if ((mn && !json_is_number(mn)) || (mx && !json_is_number(mx)))
             return sc_fail(c, KILN_E_INVALID, "'minimum'/'maximum' must be numbers"), -1;
         bool emn_b = emn && json_is_boolean(emn), emx_b = emx && json_is_boolean(emx); /* draft 4 */
         if ((emn && !emn_b && !json_is_number(emn)) || (emx && !emx_b && !json_is_number(emx)))
-            return sc_fail(c, KILN_E_INVALID, "'exclusiveMinimum'/'exclusiveMaximum' must be numbers"), -1;
+            return sc_fail(c, KILN_E_INVALID,
+                           "'exclusiveMinimum'/'exclusiveMaximum' must be numbers"),
+                   -1;
         if (mn) tighten(b, json_number_value(mn), emn_b && json_is_true(emn), false);
         if (mx) tighten(b, json_number_value(mx), emx_b && json_is_true(emx), true);
         if (emn && !emn_b) tighten(b, json_number_value(emn), true, false);
@@ -371,21 +402,26 @@ static gr_rule remainder_rules(sc *c, int64_t k)
     /* R_r: the rest of a digit string after a prefix with value ≡ r (mod k) */
     gr_rule *R = malloc(sizeof *R * (size_t)k);
     if (!R) return sc_fail(c, KILN_E_NOMEM, "out of memory"), -1;
-    for (int64_t r = 0; r < k; r++) R[r] = gr_rule_new(c->b, "multipleOf");
+    for (int64_t r = 0; r < k; r++)
+        R[r] = gr_rule_new(c->b, "multipleOf");
     for (int64_t r = 0; r < k && !c->b->failed; r++) {
         gr_expr alts[11];
         int na = 0;
         if (r == 0) alts[na++] = gr_seq(c->b, NULL, 0);
-        for (int d = 0; d < 10; d++) alts[na++] = gr_seq2(c->b, digit(c, d, d), gr_ref(c->b, R[(10 * r + d) % k]));
+        for (int d = 0; d < 10; d++)
+            alts[na++] = gr_seq2(c->b, digit(c, d, d), gr_ref(c->b, R[(10 * r + d) % k]));
         gr_rule_define(c->b, R[r], gr_alt(c->b, alts, (size_t)na), NULL);
     }
     /* canonical: 0, or a non-zero first digit d then R_{d mod k} */
     gr_expr alts[10];
     int na = 0;
     alts[na++] = gr_str(c->b, "0");
-    for (int d = 1; d < 10; d++) alts[na++] = gr_seq2(c->b, digit(c, d, d), gr_ref(c->b, R[d % k]));
+    for (int d = 1; d < 10; d++)
+        alts[na++] = gr_seq2(c->b, digit(c, d, d), gr_ref(c->b, R[d % k]));
     gr_rule top = gr_rule_new(c->b, "multipleOf");
-    gr_rule_define(c->b, top, gr_seq2(c->b, gr_rep(c->b, gr_str(c->b, "-"), 0, 1), gr_alt(c->b, alts, (size_t)na)), NULL);
+    gr_rule_define(
+        c->b, top,
+        gr_seq2(c->b, gr_rep(c->b, gr_str(c->b, "-"), 0, 1), gr_alt(c->b, alts, (size_t)na)), NULL);
     free(R);
     return top;
 }
@@ -401,8 +437,10 @@ gr_expr sc_number(sc *c, const json_t *const *list, int n, bool integer)
         double v = json_is_number(m) ? json_number_value(m) : -1;
         if (!(v > 0)) return sc_fail(c, KILN_E_INVALID, "'multipleOf' must be a number > 0");
         if (v != floor(v) || v > 100000)
-            return sc_fail(c, KILN_E_UNSUPPORTED, "'multipleOf': %g is not supported (integers up to "
-                           "100000 only)", v);
+            return sc_fail(c, KILN_E_UNSUPPORTED,
+                           "'multipleOf': %g is not supported (integers up to "
+                           "100000 only)",
+                           v);
         int64_t k = (int64_t)v, a = mult, bb = k; /* lcm */
         while (bb) {
             int64_t t = a % bb;
@@ -410,17 +448,21 @@ gr_expr sc_number(sc *c, const json_t *const *list, int n, bool integer)
             bb = t;
         }
         mult = mult / a * k;
-        if (mult > 100000) return sc_fail(c, KILN_E_UNSUPPORTED, "'multipleOf' combination too large");
+        if (mult > 100000)
+            return sc_fail(c, KILN_E_UNSUPPORTED, "'multipleOf' combination too large");
         integer = true; /* a multiple of an integer is an integer: a valid subset */
     }
     if (mult > 1) {
         if (b.has_lo || b.has_hi)
-            return sc_fail(c, KILN_E_UNSUPPORTED, "'multipleOf' together with bounds is not supported");
+            return sc_fail(c, KILN_E_UNSUPPORTED,
+                           "'multipleOf' together with bounds is not supported");
         return gr_ref(c->b, remainder_rules(c, mult));
     }
     if (!b.has_lo && !b.has_hi) {
         gr_rule *r = integer ? &c->r_integer : &c->r_number;
-        if (*r < 0) *r = leaf_rule(c, integer ? "integer" : "number", integer ? gr_json_integer(c->b) : gr_json_number(c->b));
+        if (*r < 0)
+            *r = leaf_rule(c, integer ? "integer" : "number",
+                           integer ? gr_json_integer(c->b) : gr_json_number(c->b));
         return gr_ref(c->b, *r);
     }
     if (integer) { /* integral bounds: ceil / floor, strictness folded in */
@@ -440,7 +482,8 @@ gr_expr sc_number(sc *c, const json_t *const *list, int n, bool integer)
     /* the syntax: no exponent; at most 15 significant digits (18 for integers) */
     gr_expr sign = gr_rep(c->b, gr_str(c->b, "-"), 0, 1);
     if (integer) {
-        gr_expr mag = gr_alt2(c->b, gr_str(c->b, "0"), gr_seq2(c->b, digit(c, 1, 9), digits(c, 0, 17)));
+        gr_expr mag =
+            gr_alt2(c->b, gr_str(c->b, "0"), gr_seq2(c->b, digit(c, 1, 9), digits(c, 0, 17)));
         parts[np++] = gr_seq2(c->b, sign, mag);
     } else {
         gr_expr dg = gr_seq2(c->b, digit(c, 0, 9), gr_rep(c->b, gr_str(c->b, "."), 0, 1));
@@ -459,8 +502,10 @@ gr_expr sc_number(sc *c, const json_t *const *list, int n, bool integer)
         }
         dec d;
         if (dec_of(v, &d))
-            return sc_fail(c, KILN_E_UNSUPPORTED, "bound %.17g needs more than 15 significant digits", v);
-        parts[np++] = side ? num_le(c, &d, b.hi_strict, integer) : num_ge(c, &d, b.lo_strict, integer);
+            return sc_fail(c, KILN_E_UNSUPPORTED,
+                           "bound %.17g needs more than 15 significant digits", v);
+        parts[np++] =
+            side ? num_le(c, &d, b.hi_strict, integer) : num_ge(c, &d, b.lo_strict, integer);
     }
     return gr_and(c->b, parts, (size_t)np);
 }

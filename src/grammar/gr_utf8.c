@@ -48,8 +48,10 @@ static int split(uint32_t lo, uint32_t hi, gr_utf8_emit emit, void *ctx)
     for (int i = 1; i < 4; i++) {
         uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
-            if ((lo & m) != 0) return split(lo, lo | m, emit, ctx) || split((lo | m) + 1, hi, emit, ctx);
-            if ((hi & m) != m) return split(lo, (hi & ~m) - 1, emit, ctx) || split(hi & ~m, hi, emit, ctx);
+            if ((lo & m) != 0)
+                return split(lo, lo | m, emit, ctx) || split((lo | m) + 1, hi, emit, ctx);
+            if ((hi & m) != m)
+                return split(lo, (hi & ~m) - 1, emit, ctx) || split(hi & ~m, hi, emit, ctx);
         }
     }
     uint8_t a[4], z[4];

@@ -108,7 +108,8 @@ static int cmp_tok(const void *a, const void *b)
 static kiln_code build_trie(gr_vocab *v, int32_t *ids, int32_t n, kiln_err *err)
 {
     size_t total = 0;
-    for (int32_t i = 0; i < n; i++) total += v->off[ids[i] + 1] - v->off[ids[i]];
+    for (int32_t i = 0; i < n; i++)
+        total += v->off[ids[i] + 1] - v->off[ids[i]];
     if (total > INT32_MAX / 2) return kiln_fail(err, KILN_E_INVALID, "vocabulary too large");
     v->tbyte = malloc(total + 1);
     v->tdepth = malloc(sizeof *v->tdepth * (total + 1));
@@ -126,9 +127,11 @@ static kiln_code build_trie(gr_vocab *v, int32_t *ids, int32_t n, kiln_err *err)
         if (prev >= 0) {
             const uint8_t *p = v->bytes + v->off[prev];
             int32_t pl = (int32_t)(v->off[prev + 1] - v->off[prev]);
-            while (lcp < pl && lcp < len && p[lcp] == s[lcp]) lcp++;
+            while (lcp < pl && lcp < len && p[lcp] == s[lcp])
+                lcp++;
         }
-        while (plen > lcp) v->tend[path[--plen]] = nn; /* close finished subtrees */
+        while (plen > lcp)
+            v->tend[path[--plen]] = nn; /* close finished subtrees */
         for (int32_t d = plen; d < len; d++) {
             v->tbyte[nn] = s[d];
             v->tdepth[nn] = (uint16_t)(d + 1);
@@ -140,13 +143,15 @@ static kiln_code build_trie(gr_vocab *v, int32_t *ids, int32_t n, kiln_err *err)
             v->ttok[node] = id;
         } else { /* same bytes as an earlier token: chain it */
             int32_t t = v->ttok[node];
-            while (v->dup[t] >= 0) t = v->dup[t];
+            while (v->dup[t] >= 0)
+                t = v->dup[t];
             v->dup[t] = id;
         }
         if (len > v->max_depth) v->max_depth = len;
         prev = id;
     }
-    while (plen > 0) v->tend[path[--plen]] = nn;
+    while (plen > 0)
+        v->tend[path[--plen]] = nn;
     v->n_nodes = nn;
     return KILN_OK;
 }
@@ -180,7 +185,8 @@ kiln_code gr_vocab_create(const tok_tokenizer *tok, gr_vocab **out, kiln_err *er
         v->dup[id] = -1;
         if (tok_token_bytes(tok, id, &b, &bl, NULL) != KILN_OK) bl = 0; /* a hole in the ids */
         if (len + bl > cap) {
-            while (len + bl > cap) cap *= 2;
+            while (len + bl > cap)
+                cap *= 2;
             uint8_t *nb = cap > UINT32_MAX ? NULL : realloc(v->bytes, cap);
             if (!nb) {
                 free(b);
@@ -204,7 +210,8 @@ kiln_code gr_vocab_create(const tok_tokenizer *tok, gr_vocab **out, kiln_err *er
     for (int32_t i = 0; i < n_ok; i++)
         keys[i] = (tokkey){v->bytes + v->off[ids[i]], v->off[ids[i] + 1] - v->off[ids[i]], ids[i]};
     qsort(keys, (size_t)n_ok, sizeof *keys, cmp_tok);
-    for (int32_t i = 0; i < n_ok; i++) ids[i] = keys[i].id;
+    for (int32_t i = 0; i < n_ok; i++)
+        ids[i] = keys[i].id;
     free(keys);
     rc = build_trie(v, ids, n_ok, err);
     if (rc) goto done;
@@ -252,24 +259,30 @@ static void cb_rec(cbuild *b, const int32_t *S, int32_t n, int d, int32_t *top)
     int32_t k = 0;
     for (int32_t j = 0; j < n; j++) { /* the children of every node in S */
         int32_t x = S[j], stop = x < 0 ? v->n_nodes : v->tend[x];
-        for (int32_t c = x < 0 ? 0 : x + 1; c < stop; c = v->tend[c]) top[k++] = c;
+        for (int32_t c = x < 0 ? 0 : x + 1; c < stop; c = v->tend[c])
+            top[k++] = c;
     }
     if (!k) return;
     int32_t *cnt = b->counts + (size_t)d * 257, *sorted = top + k;
     memset(cnt, 0, sizeof *cnt * 257);
-    for (int32_t j = 0; j < k; j++) cnt[b->cls[v->tbyte[top[j]]] + 1]++;
-    for (int c = 0; c < 256; c++) cnt[c + 1] += cnt[c];
-    for (int32_t j = 0; j < k; j++) sorted[cnt[b->cls[v->tbyte[top[j]]]]++] = top[j];
+    for (int32_t j = 0; j < k; j++)
+        cnt[b->cls[v->tbyte[top[j]]] + 1]++;
+    for (int c = 0; c < 256; c++)
+        cnt[c + 1] += cnt[c];
+    for (int32_t j = 0; j < k; j++)
+        sorted[cnt[b->cls[v->tbyte[top[j]]]]++] = top[j];
     for (int32_t j = 0; j < k;) { /* one class-trie node per class present */
         uint8_t c = b->cls[v->tbyte[sorted[j]]];
         int32_t e = j;
-        while (e < k && b->cls[v->tbyte[sorted[e]]] == c) e++;
+        while (e < k && b->cls[v->tbyte[sorted[e]]] == c)
+            e++;
         int32_t node = b->nn++;
         b->t->ncls[node] = c;
         b->t->depth[node] = (uint16_t)(d + 1);
         b->t->tok_off[node] = b->nt;
         for (int32_t q = j; q < e; q++)
-            for (int32_t tk = v->ttok[sorted[q]]; tk >= 0; tk = v->dup[tk]) b->t->toks[b->nt++] = tk;
+            for (int32_t tk = v->ttok[sorted[q]]; tk >= 0; tk = v->dup[tk])
+                b->t->toks[b->nt++] = tk;
         cb_rec(b, sorted + j, e - j, d + 1, sorted + k);
         b->t->end[node] = b->nn;
         j = e;
@@ -340,7 +353,8 @@ static int add_maybe(gr_leaf_set *out, size_t *mcap, const int32_t *ids, int32_t
         return 0;
     }
     if ((size_t)(out->n_maybe + n) > *mcap) {
-        while ((size_t)(out->n_maybe + n) > *mcap) *mcap *= 2;
+        while ((size_t)(out->n_maybe + n) > *mcap)
+            *mcap *= 2;
         int32_t *nm = realloc(out->maybe, sizeof *nm * *mcap);
         if (!nm) return -1;
         out->maybe = nm;
@@ -374,7 +388,8 @@ static int leaf_bytes(const gr_vocab *v, const gr_grammar *g, int32_t s, gr_leaf
         }
         st[d] = t;
         pf[d] = pf[d - 1] | (g->flags[t] & GR_ST_FINAL);
-        for (int32_t k = v->ttok[i]; k >= 0; k = v->dup[k]) out->accept[k >> 6] |= 1ull << (k & 63);
+        for (int32_t k = v->ttok[i]; k >= 0; k = v->dup[k])
+            out->accept[k >> 6] |= 1ull << (k & 63);
         i++;
     }
     free(st);
@@ -395,7 +410,8 @@ static int leaf_compute(gr_vocab *v, const gr_grammar *g, int32_t s, gr_leaf_set
     memset(out, 0, sizeof *out);
     const gr_crule *R = &g->rules[g->rule_of[s]];
     int live = 0;
-    for (int c = 0; c < 256; c++) live += gr_step_byte(g, s, (uint8_t)c) >= 0;
+    for (int c = 0; c < 256; c++)
+        live += gr_step_byte(g, s, (uint8_t)c) >= 0;
     if (live < 64) {
         out->accept = calloc(v->words, sizeof *out->accept);
         out->useful = true;
@@ -433,7 +449,8 @@ static int leaf_compute(gr_vocab *v, const gr_grammar *g, int32_t s, gr_leaf_set
         st[d] = t;
         pf[d] = pf[d - 1] | (g->flags[t] & GR_ST_FINAL);
         int32_t hi = ct->tok_off[i + 1]; /* the tokens ending exactly here */
-        for (int32_t k = lo; k < hi; k++) out->accept[ct->toks[k] >> 6] |= 1ull << (ct->toks[k] & 63);
+        for (int32_t k = lo; k < hi; k++)
+            out->accept[ct->toks[k] >> 6] |= 1ull << (ct->toks[k] & 63);
         i++;
     }
     free(st);

@@ -50,9 +50,11 @@ kiln_code srv_parse_format(const json_t *root, srv_request *r, char *param, kiln
     const json_t *js = json_object_get(root, "json_schema");
     int given = 0;
     if (rf && !json_is_null(rf)) {
-        if (!json_is_object(rf)) return bad(err, param, "response_format", "'response_format' must be an object");
+        if (!json_is_object(rf))
+            return bad(err, param, "response_format", "'response_format' must be an object");
         const char *ty = json_string_value(json_object_get(rf, "type"));
-        if (!ty) return bad(err, param, "response_format", "'response_format' needs a string 'type'");
+        if (!ty)
+            return bad(err, param, "response_format", "'response_format' needs a string 'type'");
         if (!strcmp(ty, "json_object")) {
             r->format = SRV_FMT_JSON_OBJECT;
             snprintf(r->format_param, sizeof r->format_param, "response_format");
@@ -60,26 +62,32 @@ kiln_code srv_parse_format(const json_t *root, srv_request *r, char *param, kiln
         } else if (!strcmp(ty, "json_schema")) {
             const json_t *j = json_object_get(rf, "json_schema");
             if (!json_is_object(j))
-                return bad(err, param, "response_format", "'response_format.json_schema' must be an object "
+                return bad(err, param, "response_format",
+                           "'response_format.json_schema' must be an object "
                            "with 'name' and 'schema'");
             const json_t *name = json_object_get(j, "name"), *strict = json_object_get(j, "strict");
             if (name && !json_is_string(name))
-                return bad(err, param, "response_format", "'response_format.json_schema.name' must be a string");
+                return bad(err, param, "response_format",
+                           "'response_format.json_schema.name' must be a string");
             if (strict && !json_is_boolean(strict) && !json_is_null(strict))
-                return bad(err, param, "response_format", "'response_format.json_schema.strict' must be a boolean");
+                return bad(err, param, "response_format",
+                           "'response_format.json_schema.strict' must be a boolean");
             const json_t *schema = json_object_get(j, "schema");
             if (!schema || json_is_null(schema)) {
                 r->format = SRV_FMT_JSON_OBJECT; /* no schema: any JSON object */
                 snprintf(r->format_param, sizeof r->format_param, "response_format");
             } else {
-                kiln_code rc = set_schema(r, schema, json_is_true(strict), "response_format", param, err);
+                kiln_code rc =
+                    set_schema(r, schema, json_is_true(strict), "response_format", param, err);
                 if (rc) return rc;
             }
             given++;
         } else if (strcmp(ty, "text")) {
             snprintf(param, 64, "response_format");
-            return kiln_fail(err, KILN_E_UNSUPPORTED, "'response_format' type '%.32s' is not supported "
-                             "(text, json_object, json_schema)", ty);
+            return kiln_fail(err, KILN_E_UNSUPPORTED,
+                             "'response_format' type '%.32s' is not supported "
+                             "(text, json_object, json_schema)",
+                             ty);
         }
     }
     if (js && !json_is_null(js)) {
@@ -88,8 +96,10 @@ kiln_code srv_parse_format(const json_t *root, srv_request *r, char *param, kiln
         given++;
     }
     if (gb && !json_is_null(gb)) {
-        if (!json_is_string(gb)) return bad(err, param, "grammar", "'grammar' must be a string (GBNF)");
-        if (json_string_length(gb) > 1 << 20) return bad(err, param, "grammar", "'grammar' is over 1 MiB");
+        if (!json_is_string(gb))
+            return bad(err, param, "grammar", "'grammar' must be a string (GBNF)");
+        if (json_string_length(gb) > 1 << 20)
+            return bad(err, param, "grammar", "'grammar' is over 1 MiB");
         r->format = SRV_FMT_GRAMMAR;
         r->grammar = strdup(json_string_value(gb));
         snprintf(r->format_param, sizeof r->format_param, "grammar");
@@ -97,7 +107,8 @@ kiln_code srv_parse_format(const json_t *root, srv_request *r, char *param, kiln
         given++;
     }
     if (given > 1)
-        return bad(err, param, r->format_param, "give at most one of 'response_format' (json), "
+        return bad(err, param, r->format_param,
+                   "give at most one of 'response_format' (json), "
                    "'json_schema' and 'grammar'");
     return KILN_OK;
 }
@@ -134,24 +145,29 @@ char *srv_tool_prefill(srv_tc_family f, const srv_request *r, const tok_tokenize
     int rc = -1;
     switch (f) {
     case SRV_TC_HERMES:
-        rc = named ? dupf(&out, "<tool_call>\n{\"name\": \"%s\", \"arguments\": ", nm) : dupf(&out, "<tool_call>\n");
+        rc = named ? dupf(&out, "<tool_call>\n{\"name\": \"%s\", \"arguments\": ", nm)
+                   : dupf(&out, "<tool_call>\n");
         break;
     case SRV_TC_QWEN3_CODER:
         rc = named ? dupf(&out, "<tool_call>\n<function=%s>\n", nm) : dupf(&out, "<tool_call>\n");
         break;
     case SRV_TC_LLAMA3:
-        rc = named ? dupf(&out, "{\"name\": \"%s\", \"parameters\": ", nm) : dupf(&out, "{\"name\": \"");
+        rc = named ? dupf(&out, "{\"name\": \"%s\", \"parameters\": ", nm)
+                   : dupf(&out, "{\"name\": \"");
         break;
     case SRV_TC_MISTRAL:
         if (mistral_v11(tok))
             rc = named ? dupf(&out, "[TOOL_CALLS]%s[ARGS]", nm) : dupf(&out, "[TOOL_CALLS]");
         else
-            rc = named ? dupf(&out, "[TOOL_CALLS][{\"name\": \"%s\", \"arguments\": ", nm) : dupf(&out, "[TOOL_CALLS]");
+            rc = named ? dupf(&out, "[TOOL_CALLS][{\"name\": \"%s\", \"arguments\": ", nm)
+                       : dupf(&out, "[TOOL_CALLS]");
         break;
     case SRV_TC_GEMMA:
-        rc = named ? dupf(&out, "<start_function_call>call:%s{", nm) : dupf(&out, "<start_function_call>call:");
+        rc = named ? dupf(&out, "<start_function_call>call:%s{", nm)
+                   : dupf(&out, "<start_function_call>call:");
         break;
-    default: break;
+    default:
+        break;
     }
     return rc < 0 ? NULL : out;
 }
@@ -184,14 +200,17 @@ static gr_expr tool_args(cb *c, const json_t *t)
     const json_t *fn = tool_fn(t);
     const json_t *p = json_object_get(fn, "parameters");
     if (!p) p = json_object_get(fn, "input_schema");
-    bool strict = json_is_true(json_object_get(fn, "strict")) || json_is_true(json_object_get(t, "strict"));
+    bool strict =
+        json_is_true(json_object_get(fn, "strict")) || json_is_true(json_object_get(t, "strict"));
     json_t *any = NULL;
-    if (!p || json_is_null(p)) p = any = json_pack("{s:s, s:b}", "type", "object", "additionalProperties", 1);
+    if (!p || json_is_null(p))
+        p = any = json_pack("{s:s, s:b}", "type", "object", "additionalProperties", 1);
     gr_expr x = -1;
     kiln_err err;
     if (gr_builder_add_json_schema(c->b, p, strict, &x, &err)) {
         char msg[256];
-        snprintf(msg, sizeof msg, "tool '%s': %s", json_string_value(json_object_get(fn, "name")), err.msg);
+        snprintf(msg, sizeof msg, "tool '%s': %s", json_string_value(json_object_get(fn, "name")),
+                 err.msg);
         snprintf(err.msg, sizeof err.msg, "%s", msg);
         json_decref(any);
         return fail_from(c, &err);
@@ -235,9 +254,18 @@ static gr_expr json_call(cb *c, const char *key, bool after_quote)
         if (args < 0) return -1;
         char kq[64];
         snprintf(kq, sizeof kq, "\"%s\"", key);
-        gr_expr x[] = {json_lit(c, json_string_value(json_object_get(tool_fn(t), "name")), after_quote),
-                       ws, gr_str(b, ","), ws, gr_str(b, kq), ws, gr_str(b, ":"), ws, args, ws,
-                       gr_str(b, "}")};
+        gr_expr x[] = {
+            json_lit(c, json_string_value(json_object_get(tool_fn(t), "name")), after_quote),
+            ws,
+            gr_str(b, ","),
+            ws,
+            gr_str(b, kq),
+            ws,
+            gr_str(b, ":"),
+            ws,
+            args,
+            ws,
+            gr_str(b, "}")};
         alts[n++] = gr_seq(b, x, 11);
     }
     gr_expr body = gr_alt(b, alts, n);
@@ -278,15 +306,18 @@ static gr_expr xml_value(cb *c, const json_t *ps)
             size_t n = 0, i;
             json_t *v;
             if (k && json_is_string(k)) alts[n++] = gr_str(b, json_string_value(k));
-            json_array_foreach(en, i, v) if (json_is_string(v) && n < 256) alts[n++] = gr_str(b, json_string_value(v));
+            json_array_foreach(en, i, v) if (json_is_string(v) && n < 256) alts[n++] =
+                gr_str(b, json_string_value(v));
             return gr_alt(b, alts, n);
         }
         static const char *const refused[] = {"pattern", "format", "minLength", "maxLength"};
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
             if (json_object_get(ps, refused[i])) {
                 kiln_err err;
-                kiln_fail(&err, KILN_E_UNSUPPORTED, "tools: '%s' on a string parameter is not supported "
-                          "in the Qwen3-Coder call format", refused[i]);
+                kiln_fail(&err, KILN_E_UNSUPPORTED,
+                          "tools: '%s' on a string parameter is not supported "
+                          "in the Qwen3-Coder call format",
+                          refused[i]);
                 return fail_from(c, &err);
             }
         return gr_text_without(b, XML_MARKS, 3);
@@ -315,7 +346,8 @@ static gr_expr xml_params(cb *c, const json_t *t)
         bool required = false;
         size_t i;
         json_t *r;
-        json_array_foreach(req, i, r) required |= json_is_string(r) && !strcmp(json_string_value(r), k);
+        json_array_foreach(req, i, r) required |=
+            json_is_string(r) && !strcmp(json_string_value(r), k);
         char open[320];
         snprintf(open, sizeof open, "<parameter=%s>\n", k);
         gr_expr val = xml_value(c, v);
@@ -340,8 +372,10 @@ static gr_expr xml_call(cb *c, bool named_rest)
         gr_expr params = xml_params(c, t);
         if (params < 0) return -1;
         char open[320];
-        snprintf(open, sizeof open, "<function=%s>\n", json_string_value(json_object_get(tool_fn(t), "name")));
-        gr_expr x[] = {named_rest ? gr_seq(b, NULL, 0) : gr_str(b, open), params, gr_str(b, "</function>")};
+        snprintf(open, sizeof open, "<function=%s>\n",
+                 json_string_value(json_object_get(tool_fn(t), "name")));
+        gr_expr x[] = {named_rest ? gr_seq(b, NULL, 0) : gr_str(b, open), params,
+                       gr_str(b, "</function>")};
         alts[n++] = gr_seq(b, x, 3);
     }
     return gr_alt(b, alts, n);
@@ -352,7 +386,8 @@ static gr_expr tagged_call(cb *c)
 {
     gr_builder *b = c->b;
     gr_expr ws = gr_json_ws(b);
-    gr_expr call = c->cx->family == SRV_TC_QWEN3_CODER ? xml_call(c, false) : json_call(c, "arguments", false);
+    gr_expr call =
+        c->cx->family == SRV_TC_QWEN3_CODER ? xml_call(c, false) : json_call(c, "arguments", false);
     gr_expr x[] = {gr_str(b, "<tool_call>"), ws, call, ws, gr_str(b, "</tool_call>")};
     return gr_seq(b, x, 5);
 }
@@ -370,9 +405,14 @@ static gr_expr mistral_array(cb *c)
     gr_builder *b = c->b;
     gr_expr ws = gr_json_ws(b);
     gr_expr call = json_call(c, "arguments", false);
-    gr_expr more = c->r->parallel_tool_calls
-                       ? gr_rep(b, gr_seq(b, (gr_expr[]){gr_str(b, ","), ws, json_call(c, "arguments", false), ws}, 4), 0, -1)
-                       : gr_seq(b, NULL, 0);
+    gr_expr more =
+        c->r->parallel_tool_calls
+            ? gr_rep(b,
+                     gr_seq(b,
+                            (gr_expr[]){gr_str(b, ","), ws, json_call(c, "arguments", false), ws},
+                            4),
+                     0, -1)
+            : gr_seq(b, NULL, 0);
     gr_expr x[] = {gr_str(b, "["), ws, call, ws, more, gr_str(b, "]")};
     return gr_seq(b, x, 6);
 }
@@ -398,7 +438,8 @@ static gr_expr forced_calls(cb *c)
         if (mistral_v11(c->cx->tok)) { /* [TOOL_CALLS]N[ARGS] written: the arguments */
             if (!named) {
                 kiln_err err;
-                kiln_fail(&err, KILN_E_UNSUPPORTED, "'tool_choice' required with several tools cannot "
+                kiln_fail(&err, KILN_E_UNSUPPORTED,
+                          "'tool_choice' required with several tools cannot "
                           "be enforced in Mistral's [TOOL_CALLS]name[ARGS] format: name the tool");
                 c->field = "tool_choice";
                 return fail_from(c, &err);
@@ -413,7 +454,8 @@ static gr_expr forced_calls(cb *c)
             return gr_seq(b, x, 3);
         }
         return gr_seq2(b, gr_rep(b, gr_str(b, " "), 0, 1), mistral_array(c));
-    default: return -2; /* not constrained (Gemma: prefill only) */
+    default:
+        return -2; /* not constrained (Gemma: prefill only) */
     }
 }
 
@@ -424,7 +466,8 @@ static gr_expr free_text(cb *c, bool nostart)
     static const uint32_t any[] = {0, 0x10FFFF};
     gr_expr all = gr_rep(b, gr_class(b, any, 1, false), 0, -1);
     if (!nostart) return all;
-    static const uint32_t ws[] = {'\t', '\n', '\r', '\r', ' ', ' '}, first[] = {'\t', '\n', '\r', '\r', ' ', ' ', '{', '{'};
+    static const uint32_t ws[] = {'\t', '\n', '\r', '\r', ' ', ' '},
+                          first[] = {'\t', '\n', '\r', '\r', ' ', ' ', '{', '{'};
     gr_expr x[] = {gr_rep(b, gr_class(b, ws, 3, false), 0, -1), gr_class(b, first, 4, true), all};
     return gr_rep(b, gr_seq(b, x, 3), 0, 1);
 }
@@ -452,8 +495,10 @@ static gr_expr auto_calls(cb *c, gr_expr content, int32_t *trig, int32_t *n_trig
         if (content >= 0 || mistral_v11(c->cx->tok) || id < 0) {
             if (content < 0) return -2; /* v11 or no marker token: free */
             kiln_err err;
-            kiln_fail(&err, KILN_E_UNSUPPORTED, "a response format together with tools in auto mode is "
-                      "not supported for Mistral's tool-call format; use tool_choice none or required");
+            kiln_fail(
+                &err, KILN_E_UNSUPPORTED,
+                "a response format together with tools in auto mode is "
+                "not supported for Mistral's tool-call format; use tool_choice none or required");
             c->field = "response_format";
             return fail_from(c, &err);
         }
@@ -463,7 +508,8 @@ static gr_expr auto_calls(cb *c, gr_expr content, int32_t *trig, int32_t *n_trig
     default:
         if (content >= 0) {
             kiln_err err;
-            kiln_fail(&err, KILN_E_UNSUPPORTED, "a response format together with tools in auto mode is "
+            kiln_fail(&err, KILN_E_UNSUPPORTED,
+                      "a response format together with tools in auto mode is "
                       "not supported for this model's tool-call format");
             c->field = "response_format";
             return fail_from(c, &err);
@@ -488,7 +534,8 @@ static gr_expr content_grammar(cb *c)
         if (gr_builder_add_json_schema(b, r->schema, r->schema_strict, &v, &err)) v = -1;
     } else if (r->format == SRV_FMT_GRAMMAR) {
         gr_rule root;
-        if (gr_builder_add_gbnf(b, r->grammar, strlen(r->grammar), "user-", &root, &err)) return fail_from(c, &err);
+        if (gr_builder_add_gbnf(b, r->grammar, strlen(r->grammar), "user-", &root, &err))
+            return fail_from(c, &err);
         return gr_ref(b, root);
     } else {
         return -2;
@@ -506,7 +553,8 @@ static gr_expr think_wrap(cb *c, gr_expr body, int32_t *trig, int32_t *n_trig)
     const tok_tokenizer *tok = c->cx->tok;
     static const char *const close[] = {"</think>"};
     int32_t cid = tok_piece_to_id(tok, "</think>", 8), oid = tok_piece_to_id(tok, "<think>", 7);
-    bool close_special = cid >= 0 && tok_is_special(tok, cid), open_special = oid >= 0 && tok_is_special(tok, oid);
+    bool close_special = cid >= 0 && tok_is_special(tok, cid),
+         open_special = oid >= 0 && tok_is_special(tok, oid);
     if (c->cx->think_open) {
         if (close_special) { /* the grammar starts after the token */
             trig[(*n_trig)++] = cid;
@@ -529,7 +577,8 @@ int srv_constraint_build(const srv_request *r, const srv_cctx *cx, gr_grammar **
     *n_trig = 0;
     memset(e, 0, sizeof *e);
     bool tools = r->tools && cx->family != SRV_TC_NONE && r->api != SRV_API_COMPLETION;
-    bool forced = tools && (r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED);
+    bool forced =
+        tools && (r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED);
     if (r->format == SRV_FMT_TEXT && !tools) return 0;
     gr_options o = gr_options_default();
     o.json_ws_max = cx->ws_max;

@@ -35,11 +35,11 @@
 #define SRV_MAX_TRIGGERS 4
 
 typedef struct {
-    srv_tc_family family;       /* tool-call syntax; SRV_TC_NONE: no tools */
-    bool think_open;            /* the prompt ends inside an open <think> block */
-    bool think_maybe;           /* the model may open a think block itself */
-    const tok_tokenizer *tok;   /* BORROWED */
-    int32_t ws_max;             /* JSON whitespace between tokens (--grammar-ws) */
+    srv_tc_family family;     /* tool-call syntax; SRV_TC_NONE: no tools */
+    bool think_open;          /* the prompt ends inside an open <think> block */
+    bool think_maybe;         /* the model may open a think block itself */
+    const tok_tokenizer *tok; /* BORROWED */
+    int32_t ws_max;           /* JSON whitespace between tokens (--grammar-ws) */
 } srv_cctx;
 
 /* API */

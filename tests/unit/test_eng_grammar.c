@@ -90,10 +90,13 @@ static const int32_t prompt_a[] = {1, 403, 407, 261, 378, 432};
 
 static const char *SCHEMAS[] = {
     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
-    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150}},\"required\":[\"name\",\"age\"]}",
-    "{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"minItems\":1,\"maxItems\":4}",
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150}},\"required\":[\"name\",\"age\"]"
+    "}",
+    "{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"minItems\":1,"
+    "\"maxItems\":4}",
     "{\"anyOf\":[{\"type\":\"number\",\"exclusiveMinimum\":0},{\"type\":\"boolean\"}]}",
-    "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"},\"items\":{\"type\":\"array\","
+    "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"},\"items\":{\"type\":"
+    "\"array\","
     "\"items\":{\"type\":\"string\",\"format\":\"date\"}}},\"required\":[\"ok\",\"items\"]}",
 };
 
@@ -126,7 +129,8 @@ static void test_batch_constrained_and_free_rows_each_equal_alone(void)
     eng_engine *e = start(8);
     ASSERT_TRUE(e);
     gr_grammar *g[4];
-    for (int i = 0; i < 4; i++) ASSERT_TRUE((g[i] = schema(SCHEMAS[i])));
+    for (int i = 0; i < 4; i++)
+        ASSERT_TRUE((g[i] = schema(SCHEMAS[i])));
     static collected alone[8], together[8];
     kiln_err err;
     for (int i = 0; i < 8; i++) {
@@ -147,21 +151,26 @@ static void test_batch_constrained_and_free_rows_each_equal_alone(void)
     }
     for (int i = 0; i < 8; i++) {
         ASSERT_EQ_I64(together[i].n_toks, alone[i].n_toks);
-        ASSERT_TRUE(!memcmp(together[i].toks, alone[i].toks, sizeof(int32_t) * (size_t)alone[i].n_toks));
+        ASSERT_TRUE(
+            !memcmp(together[i].toks, alone[i].toks, sizeof(int32_t) * (size_t)alone[i].n_toks));
         if (i < 4) {
-            if (alone[i].finish != ENG_FINISH_STOP) fprintf(stderr, "  row %d: %s %s\n", i, eng_finish_name(alone[i].finish), alone[i].err);
+            if (alone[i].finish != ENG_FINISH_STOP)
+                fprintf(stderr, "  row %d: %s %s\n", i, eng_finish_name(alone[i].finish),
+                        alone[i].err);
             ASSERT_EQ_I64(alone[i].finish, ENG_FINISH_STOP);
             ASSERT_TRUE(is_json(&alone[i]));
         }
     }
     /* the free rows are not JSON: the constraint did something */
     int free_json = 0;
-    for (int i = 4; i < 8; i++) free_json += json_loadb(alone[i].text, alone[i].text_len, JSON_DECODE_ANY, NULL) != NULL;
+    for (int i = 4; i < 8; i++)
+        free_json += json_loadb(alone[i].text, alone[i].text_len, JSON_DECODE_ANY, NULL) != NULL;
     ASSERT_EQ_I64(free_json, 0);
     eng_stats st = eng_get_stats(e);
     ASSERT_EQ_I64(st.grammar_requests, 8);
     ASSERT_TRUE(st.grammar.masks > 0);
-    for (int i = 0; i < 4; i++) gr_grammar_release(g[i]);
+    for (int i = 0; i < 4; i++)
+        gr_grammar_release(g[i]);
     stop_all(e);
 }
 

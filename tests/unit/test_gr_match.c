@@ -127,19 +127,22 @@ static const char *ar_factor(const char *s)
         return s && *s == ')' ? s + 1 : NULL;
     }
     int n = 0;
-    while (*s >= '0' && *s <= '9') s++, n++;
+    while (*s >= '0' && *s <= '9')
+        s++, n++;
     return n >= 1 && n <= 3 ? s : NULL;
 }
 static const char *ar_term(const char *s)
 {
     s = ar_factor(s);
-    while (s && (*s == '*' || *s == '/')) s = ar_factor(s + 1);
+    while (s && (*s == '*' || *s == '/'))
+        s = ar_factor(s + 1);
     return s;
 }
 static const char *ar_expr(const char *s)
 {
     s = ar_term(s);
-    while (s && (*s == '+' || *s == '-')) s = ar_term(s + 1);
+    while (s && (*s == '+' || *s == '-'))
+        s = ar_term(s + 1);
     return s;
 }
 
@@ -250,8 +253,10 @@ static void json_walks(const char *name, int n_walks, int exact_steps)
 {
     char dir[4096];
     tok_tokenizer *tok = NULL;
-    if (!strcmp(name, "stories260K")) tok = stories_tok();
-    else if (gr_test_tok_dir(dir, sizeof dir, name)) tok = load_tok(dir);
+    if (!strcmp(name, "stories260K"))
+        tok = stories_tok();
+    else if (gr_test_tok_dir(dir, sizeof dir, name))
+        tok = load_tok(dir);
     if (!tok) TEST_SKIP("tokenizer %s unavailable", name);
     kiln_err err;
     gr_vocab *v;
@@ -366,9 +371,14 @@ static void test_text_without_markers(void)
     struct {
         const char *s;
         int ok;
-    } cases[] = {{"</think>!", 1},       {"abc</think>!", 1},         {"<</think>!", 1},
-                 {"</thi</think>!", 1},  {"a</think>b</think>!", 0}, {"x<tool_call>y</think>!", 0},
-                 {"\xc3\xa9<tool</think>!", 1}, {"no end", 0}};
+    } cases[] = {{"</think>!", 1},
+                 {"abc</think>!", 1},
+                 {"<</think>!", 1},
+                 {"</thi</think>!", 1},
+                 {"a</think>b</think>!", 0},
+                 {"x<tool_call>y</think>!", 0},
+                 {"\xc3\xa9<tool</think>!", 1},
+                 {"no end", 0}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         gr_matcher *m;
         ASSERT_OK(gr_matcher_create(g, v, &m, &err));

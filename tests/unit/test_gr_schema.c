@@ -37,7 +37,8 @@ static int accepts(gr_grammar *g, const char *text)
     kiln_err err;
     gr_matcher *m;
     if (gr_matcher_create(g, V, &m, &err)) return -1;
-    int ok = gr_matcher_accept_bytes(m, text, strlen(text), &err) == KILN_OK && gr_matcher_accepting(m);
+    int ok =
+        gr_matcher_accept_bytes(m, text, strlen(text), &err) == KILN_OK && gr_matcher_accepting(m);
     gr_matcher_destroy(m);
     return ok;
 }
@@ -45,7 +46,7 @@ static int accepts(gr_grammar *g, const char *text)
 #define EXPECT(g, text, want)                                                                      \
     do {                                                                                           \
         int got_ = accepts((g), (text));                                                           \
-        if (got_ != (want)) TEST_FAIL_("%s: accepts(%s) = %d, want %d", #g, text, got_, (want)); \
+        if (got_ != (want)) TEST_FAIL_("%s: accepts(%s) = %d, want %d", #g, text, got_, (want));   \
     } while (0)
 
 static void test_objects_required_optional_and_extras(void)
@@ -59,14 +60,14 @@ static void test_objects_required_optional_and_extras(void)
     EXPECT(g, "{\"c\":true}", 1);
     EXPECT(g, "{\"a\":1,\"ab\":\"x\",\"c\":false}", 1);
     EXPECT(g, "{\"ab\":\"x\",\"c\":false}", 1);
-    EXPECT(g, "{\"a\":1}", 0);                       /* c is required */
-    EXPECT(g, "{\"c\":true,\"zz\":null}", 1);         /* an extra key, its schema */
+    EXPECT(g, "{\"a\":1}", 0);                /* c is required */
+    EXPECT(g, "{\"c\":true,\"zz\":null}", 1); /* an extra key, its schema */
     EXPECT(g, "{\"c\":true,\"zz\":1}", 0);
-    EXPECT(g, "{\"c\":true,\"a\":null}", 0);          /* a declared key is never an extra */
+    EXPECT(g, "{\"c\":true,\"a\":null}", 0); /* a declared key is never an extra */
     EXPECT(g, "{\"c\":true,\"abc\":null}", 1);
     EXPECT(g, "{\"c\":true,\"\":null}", 1);
-    EXPECT(g, "{\"c\":true,\"a\\u0062\":null}", 0);   /* no escapes in extra keys */
-    EXPECT(g, "{ \"c\" : true }", 1);                 /* bounded whitespace (2 here) */
+    EXPECT(g, "{\"c\":true,\"a\\u0062\":null}", 0); /* no escapes in extra keys */
+    EXPECT(g, "{ \"c\" : true }", 1);               /* bounded whitespace (2 here) */
     EXPECT(g, "{   \"c\":true}", 0);
     gr_grammar_release(g);
     /* strict (the default): no additionalProperties means none */
@@ -83,7 +84,8 @@ static void test_arrays_tuples_and_counts(void)
     kiln_err err;
     gr_grammar *g = schema("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},"
                            "{\"type\":\"string\"}],\"items\":{\"type\":\"null\"},\"minItems\":1,"
-                           "\"maxItems\":3}", &err);
+                           "\"maxItems\":3}",
+                           &err);
     ASSERT_TRUE(g);
     EXPECT(g, "[]", 0);
     EXPECT(g, "[1]", 1);
@@ -193,7 +195,8 @@ static void check_bounds(const char *sch, double lo, int lo_strict, double hi, i
             int want = (lo_strict ? x > lo : x >= lo) && (hi_strict ? x < hi : x <= hi);
             if (integer && form != 0) want = 0;
             if (accepts(g, buf) != want) {
-                if (*bad < 10) fprintf(stderr, "  %s: '%s' accepted=%d want=%d\n", sch, buf, !want, want);
+                if (*bad < 10)
+                    fprintf(stderr, "  %s: '%s' accepted=%d want=%d\n", sch, buf, !want, want);
                 (*bad)++;
             }
         }
@@ -205,13 +208,17 @@ static void test_number_bounds_exact(void)
 {
     int bad = 0;
     check_bounds("{\"type\":\"number\",\"minimum\":0,\"maximum\":1.5}", 0, 0, 1.5, 0, 0, &bad);
-    check_bounds("{\"type\":\"number\",\"exclusiveMinimum\":-2.25,\"maximum\":3}", -2.25, 1, 3, 0, 0, &bad);
+    check_bounds("{\"type\":\"number\",\"exclusiveMinimum\":-2.25,\"maximum\":3}", -2.25, 1, 3, 0,
+                 0, &bad);
     check_bounds("{\"type\":\"number\",\"exclusiveMaximum\":0}", -1e300, 0, 0, 1, 0, &bad);
-    check_bounds("{\"type\":\"number\",\"minimum\":-12.5,\"exclusiveMaximum\":-0.05}", -12.5, 0, -0.05, 1, 0, &bad);
+    check_bounds("{\"type\":\"number\",\"minimum\":-12.5,\"exclusiveMaximum\":-0.05}", -12.5, 0,
+                 -0.05, 1, 0, &bad);
     check_bounds("{\"type\":\"number\",\"minimum\":0.1}", 0.1, 0, 1e300, 0, 0, &bad);
     check_bounds("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":20}", -15, 0, 20, 0, 1, &bad);
-    check_bounds("{\"type\":\"integer\",\"exclusiveMinimum\":2.5,\"exclusiveMaximum\":7}", 2.5, 1, 7, 1, 1, &bad);
-    check_bounds("{\"type\":\"number\",\"minimum\":3,\"exclusiveMinimum\":true,\"maximum\":9}", 3, 1, 9, 0, 0, &bad); /* draft 4 */
+    check_bounds("{\"type\":\"integer\",\"exclusiveMinimum\":2.5,\"exclusiveMaximum\":7}", 2.5, 1,
+                 7, 1, 1, &bad);
+    check_bounds("{\"type\":\"number\",\"minimum\":3,\"exclusiveMinimum\":true,\"maximum\":9}", 3,
+                 1, 9, 0, 0, &bad); /* draft 4 */
     ASSERT_EQ_I64(bad, 0);
     kiln_err err;
     gr_grammar *g = schema("{\"type\":\"integer\",\"multipleOf\":7}", &err);
@@ -227,15 +234,18 @@ static void test_number_bounds_exact(void)
 static void test_refs_recursion_allof_oneof(void)
 {
     kiln_err err;
-    gr_grammar *g = schema("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":"
-                           "\"integer\"},\"k\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"}}},"
-                           "\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}", &err);
+    gr_grammar *g =
+        schema("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":"
+               "\"integer\"},\"k\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"}}},"
+               "\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}",
+               &err);
     ASSERT_TRUE(g);
     EXPECT(g, "{\"v\":1,\"k\":[{\"v\":2,\"k\":[{\"v\":3}]},{\"v\":4}]}", 1);
     EXPECT(g, "{\"v\":1,\"k\":[{\"k\":[]}]}", 0);
     gr_grammar_release(g);
     g = schema("{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":5}},"
-               "\"required\":[\"a\"]},{\"properties\":{\"a\":{\"maximum\":9},\"b\":{}}}]}", &err);
+               "\"required\":[\"a\"]},{\"properties\":{\"a\":{\"maximum\":9},\"b\":{}}}]}",
+               &err);
     ASSERT_TRUE(g);
     EXPECT(g, "{\"a\":7,\"b\":[1]}", 1);
     EXPECT(g, "{\"a\":10}", 0);
@@ -243,23 +253,84 @@ static void test_refs_recursion_allof_oneof(void)
     gr_grammar_release(g);
     /* allOf with additionalProperties false in one branch: only its keys */
     g = schema("{\"allOf\":[{\"properties\":{\"a\":{}},\"additionalProperties\":false},"
-               "{\"properties\":{\"b\":{}}}]}", &err);
+               "{\"properties\":{\"b\":{}}}]}",
+               &err);
     ASSERT_TRUE(g);
     EXPECT(g, "{\"a\":1}", 1);
     EXPECT(g, "{\"b\":1}", 0);
     gr_grammar_release(g);
     /* oneOf with a discriminator is exact; overlapping alternatives are refused */
-    g = schema("{\"oneOf\":[{\"properties\":{\"t\":{\"const\":\"x\"},\"n\":{\"type\":\"integer\"}},"
-               "\"required\":[\"t\"]},{\"properties\":{\"t\":{\"const\":\"y\"}},\"required\":[\"t\"]}]}", &err);
+    g = schema(
+        "{\"oneOf\":[{\"properties\":{\"t\":{\"const\":\"x\"},\"n\":{\"type\":\"integer\"}},"
+        "\"required\":[\"t\"]},{\"properties\":{\"t\":{\"const\":\"y\"}},\"required\":[\"t\"]}]}",
+        &err);
     ASSERT_TRUE(g);
     EXPECT(g, "{\"t\":\"x\",\"n\":2}", 1);
     EXPECT(g, "{\"t\":\"y\"}", 1);
     EXPECT(g, "{\"t\":\"z\"}", 0);
     gr_grammar_release(g);
-    g = schema("{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"},{\"type\":\"null\"}]}", &err);
+    g = schema("{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"},{\"type\":\"null\"}]}",
+               &err);
     ASSERT_TRUE(g);
     EXPECT(g, "null", 1);
     EXPECT(g, "3", 1);
+    gr_grammar_release(g);
+}
+
+static void test_subsets_for_pattern_properties_not_dependencies_unique(void)
+{
+    kiln_err err;
+    /* a declared key a pattern matches takes the pattern's schema too; no
+     * key is generated for a pattern alone */
+    gr_grammar *g = schema(
+        "{\"type\":\"object\",\"properties\":{\"x-a\":{},\"b\":{\"type\":\"integer\"}},"
+        "\"patternProperties\":{\"^x-\":{\"type\":\"string\"}},\"additionalProperties\":true}",
+        &err);
+    ASSERT_TRUE(g);
+    EXPECT(g, "{\"x-a\":\"s\",\"b\":1}", 1);
+    EXPECT(g, "{\"x-a\":1}", 0);
+    EXPECT(g, "{\"b\":1,\"x-z\":\"s\"}", 0);
+    gr_grammar_release(g);
+    /* not: {required}, not: {type} */
+    g = schema("{\"properties\":{\"a\":{},\"b\":{}},\"not\":{\"required\":[\"a\"]}}", &err);
+    ASSERT_TRUE(g);
+    EXPECT(g, "{\"b\":1}", 1);
+    EXPECT(g, "{\"a\":1}", 0);
+    gr_grammar_release(g);
+    g = schema("{\"type\":[\"string\",\"null\",\"boolean\"],\"not\":{\"type\":\"null\"}}", &err);
+    ASSERT_TRUE(g);
+    EXPECT(g, "\"s\"", 1);
+    EXPECT(g, "null", 0);
+    gr_grammar_release(g);
+    /* dependencies: a present key's dependents become required */
+    g = schema("{\"properties\":{\"a\":{},\"b\":{}},\"dependencies\":{\"a\":[\"b\"]}}", &err);
+    ASSERT_TRUE(g);
+    EXPECT(g, "{\"a\":1,\"b\":2}", 1);
+    EXPECT(g, "{\"a\":1}", 0);
+    gr_grammar_release(g);
+    /* uniqueItems: at most one item */
+    g = schema("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}", &err);
+    ASSERT_TRUE(g);
+    EXPECT(g, "[]", 1);
+    EXPECT(g, "[3]", 1);
+    EXPECT(g, "[3,4]", 0);
+    gr_grammar_release(g);
+    /* oneOf made exclusive: each alternative leaves out a key the other requires */
+    g = schema(
+        "{\"type\":\"object\",\"properties\":{\"p\":{},\"q\":{}},\"oneOf\":[{\"required\":[\"p\"]},"
+        "{\"required\":[\"q\"]}]}",
+        &err);
+    ASSERT_TRUE(g);
+    EXPECT(g, "{\"p\":1}", 1);
+    EXPECT(g, "{\"q\":1}", 1);
+    EXPECT(g, "{\"p\":1,\"q\":1}", 0);
+    gr_grammar_release(g);
+    /* oneOf by length */
+    g = schema("{\"type\":\"string\",\"oneOf\":[{\"maxLength\":0},{\"minLength\":2}]}", &err);
+    ASSERT_TRUE(g);
+    EXPECT(g, "\"\"", 1);
+    EXPECT(g, "\"ab\"", 1);
+    EXPECT(g, "\"a\"", 0);
     gr_grammar_release(g);
 }
 
@@ -269,20 +340,26 @@ static void test_refusals_name_the_keyword(void)
         const char *s, *want;
         kiln_code code;
     } cases[] = {
-        {"{\"not\":{\"type\":\"null\"}}", "'not'", KILN_E_UNSUPPORTED},
-        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'", KILN_E_UNSUPPORTED},
+        {"{\"not\":{\"minimum\":3}}", "'not'", KILN_E_UNSUPPORTED},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"minItems\":2}", "'uniqueItems'",
+         KILN_E_UNSUPPORTED},
         {"{\"if\":{},\"then\":{}}", "'if'", KILN_E_UNSUPPORTED},
         {"{\"$ref\":\"https://example.com/s.json\"}", "'$ref'", KILN_E_UNSUPPORTED},
         {"{\"$ref\":\"#/$defs/missing\"}", "does not resolve", KILN_E_INVALID},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"minimum\":0}]}", "'oneOf'", KILN_E_UNSUPPORTED},
-        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}}}",
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}"
+         "}}",
          "backreferences", KILN_E_UNSUPPORTED},
         {"{\"type\":\"number\",\"multipleOf\":0.1}", "'multipleOf'", KILN_E_UNSUPPORTED},
-        {"{\"type\":\"string\",\"format\":\"idn-hostname\",\"pattern\":\"(?=a)\"}", "lookaround", KILN_E_UNSUPPORTED},
-        {"{\"type\":\"object\",\"patternProperties\":{\"^x\":{}}}", "'patternProperties'", KILN_E_UNSUPPORTED},
+        {"{\"type\":\"string\",\"format\":\"idn-hostname\",\"pattern\":\"(?=a)\"}", "lookaround",
+         KILN_E_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"patternProperties\":{\"(\":{}}}",
+         "'patternProperties'", KILN_E_UNSUPPORTED},
         {"{\"type\":\"nope\"}", "unknown type", KILN_E_INVALID},
-        {"{\"type\":\"object\",\"properties\":{\"a\":{\"contains\":{}}}}", "at /properties/a", KILN_E_UNSUPPORTED},
-        {"{\"type\":\"object\",\"required\":[\"a\"],\"properties\":{\"a\":false}}", "matches nothing", KILN_E_INVALID},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"contains\":{}}}}", "at /properties/a",
+         KILN_E_UNSUPPORTED},
+        {"{\"type\":\"object\",\"required\":[\"a\"],\"properties\":{\"a\":false}}",
+         "matches nothing", KILN_E_INVALID},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         kiln_err err = {0};
@@ -317,6 +394,7 @@ int main(void)
     RUN(test_formats_dates_and_more);
     RUN(test_number_bounds_exact);
     RUN(test_refs_recursion_allof_oneof);
+    RUN(test_subsets_for_pattern_properties_not_dependencies_unique);
     RUN(test_refusals_name_the_keyword);
     gr_vocab_destroy(V);
     tok_destroy(tok);
