@@ -111,6 +111,13 @@ gr_expr gr_rep(gr_builder *b, gr_expr x, int32_t min, int32_t max); /* max < 0: 
  * the n ASCII patterns: free text beside a marker (reasoning before
  * "</think>", content before "<tool_call>"). */
 gr_expr gr_text_without(gr_builder *b, const char *const *patterns, size_t n);
+/* An ECMAScript regular expression (JSON Schema's `pattern` syntax; unanchored
+ * unless ^/$) as an expression over code points; json: every character spelled
+ * as inside a JSON string. Unsupported syntax is KILN_E_UNSUPPORTED naming it. */
+kiln_code gr_regex(gr_builder *b, const char *re, bool json, gr_expr *out, kiln_err *err);
+/* The intersection of expressions without rule references (a new rule; the
+ * product of their automata). */
+gr_expr gr_intersect(gr_builder *b, const gr_expr *xs, size_t n);
 gr_rule gr_rule_new(gr_builder *b, const char *name); /* name is copied (error messages) */
 gr_expr gr_ref(gr_builder *b, gr_rule r);
 kiln_code gr_rule_define(gr_builder *b, gr_rule r, gr_expr body, kiln_err *err);

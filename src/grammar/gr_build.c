@@ -408,6 +408,16 @@ gr_expr gr_class_star_except(gr_builder *b, gr_expr cls, const char *const *name
     return node_new(b, (gr_node){.kind = GR_E_EXCEPT, .a = cls, .b = at, .min = (int32_t)total});
 }
 
+kiln_code gr_regex(gr_builder *b, const char *re, bool json, gr_expr *out, kiln_err *err)
+{
+    return gr_regex_add(b, re, strlen(re), json, out, err);
+}
+
+gr_expr gr_intersect(gr_builder *b, const gr_expr *xs, size_t n)
+{
+    return gr_and(b, xs, n);
+}
+
 gr_expr gr_json_ws(gr_builder *b)
 {
     if (b->failed) return -1;

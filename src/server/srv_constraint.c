@@ -297,9 +297,18 @@ static gr_expr xml_value(cb *c, const json_t *ps)
 {
     gr_builder *b = c->b;
     const json_t *ty = json_object_get(ps, "type");
+    /* the type srv_toolcall.c coerces the text by: a string (also with no
+     * type at all) keeps the raw text; others are parsed as JSON */
     const char *t = json_string_value(ty);
-    if (json_is_array(ty) && json_array_size(ty) == 1) t = json_string_value(json_array_get(ty, 0));
-    if (t && !strcmp(t, "string")) {
+    if (json_is_array(ty)) {
+        size_t i;
+        json_t *e;
+        t = NULL;
+        json_array_foreach(ty, i,
+                           e) if (!t && json_is_string(e) && strcmp(json_string_value(e), "null"))
+            t = json_string_value(e);
+    }
+    if (!t || !strcmp(t, "string")) {
         const json_t *en = json_object_get(ps, "enum"), *k = json_object_get(ps, "const");
         if (en || k) { /* raw texts of the allowed strings */
             gr_expr alts[256];
@@ -310,16 +319,36 @@ static gr_expr xml_value(cb *c, const json_t *ps)
                 gr_str(b, json_string_value(v));
             return gr_alt(b, alts, n);
         }
-        static const char *const refused[] = {"pattern", "format", "minLength", "maxLength"};
-        for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
-            if (json_object_get(ps, refused[i])) {
-                kiln_err err;
+        const json_t *mn = json_object_get(ps, "minLength"), *mx = json_object_get(ps, "maxLength");
+        const json_t *pat = json_object_get(ps, "pattern"), *fmt = json_object_get(ps, "format");
+        if (mn || mx || pat || fmt) {
+            /* a bounded or patterned raw string: no '<' at all (so no marker),
+             * the bounds and the pattern, intersected */
+            static const uint32_t lt[] = {'<', '<'};
+            kiln_err err;
+            if (fmt) {
                 kiln_fail(&err, KILN_E_UNSUPPORTED,
-                          "tools: '%s' on a string parameter is not supported "
-                          "in the Qwen3-Coder call format",
-                          refused[i]);
+                          "tools: 'format' on a string parameter is not "
+                          "supported in the Qwen3-Coder call format");
                 return fail_from(c, &err);
             }
+            int32_t lo = json_is_integer(mn) ? (int32_t)json_integer_value(mn) : 0;
+            int32_t hi = json_is_integer(mx) ? (int32_t)json_integer_value(mx) : -1;
+            if (lo < 0 || lo > 100000 || hi > 100000 || (hi >= 0 && hi < lo)) {
+                kiln_fail(&err, KILN_E_INVALID, "tools: bad minLength/maxLength");
+                return fail_from(c, &err);
+            }
+            gr_expr parts[2];
+            int np = 0;
+            parts[np++] = gr_rep(b, gr_class(b, lt, 1, true), lo, hi);
+            if (pat) {
+                if (!json_is_string(pat) ||
+                    gr_regex(b, json_string_value(pat), false, &parts[np], &err))
+                    return fail_from(c, &err);
+                np++;
+            }
+            return gr_intersect(b, parts, (size_t)np);
+        }
         return gr_text_without(b, XML_MARKS, 3);
     }
     gr_expr x;
@@ -596,7 +625,7 @@ int srv_constraint_build(const srv_request *r, const srv_cctx *cx, gr_grammar **
     } else {
         gr_expr content = content_grammar(&c);
         if (content == -1) goto done;
-        c.field = "tools";
+        if (tools) c.field = "tools";
         body = tools ? auto_calls(&c, content >= 0 ? content : -1, trig, n_trig) : content;
         if (body == -2 && content >= 0) body = content;
         if (body >= 0 && r->api != SRV_API_COMPLETION && (content >= 0 || *n_trig))

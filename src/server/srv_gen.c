@@ -183,7 +183,10 @@ static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
         srv_think_init(&g->c[0].think, g->think, open);
         for (int i = 1; i < r->n; i++) g->c[i].think = g->c[0].think;
         free(text);
-        return build_grammar(g, open, g->think && !open, e);
+        if (build_grammar(g, open, g->think && !open, e)) return -1;
+        if (g->grammar) /* the grammar allows a think block only at the start */
+            for (int i = 0; i < r->n; i++) g->c[i].think.leading = true;
+        return 0;
     }
     if (build_grammar(g, false, false, e)) return -1;
     if (r->prompt_ids) {
