@@ -1,8 +1,8 @@
 /*
  * srv_routes.c — the routes that do not generate: /v1/models, /health,
- * /stats, /metrics, /tokenize, /detokenize, /v1/messages/count_tokens. Each returns an HTTP status
- * and a body; srv_http.c sends it. Threads: any HTTP thread; reads the engine through eng_get_stats
- * only.
+ * /stats, /metrics, /tokenize, /detokenize, /v1/messages/count_tokens. Each returns an HTTP status and a
+ * body; srv_http.c sends it.
+ * Threads: any HTTP thread; reads the engine through eng_get_stats only.
  */
 #include "server/srv_int.h"
 #include "server/srv_anthropic.h"
@@ -102,19 +102,23 @@ int srv_route_stats(srv_server *s, json_t **body)
         "{s:s, s:f, s:{s:i, s:i, s:i, s:i}, s:{s:i, s:i, s:i, s:i, s:i, s:I}, "
         "s:{s:I, s:I, s:I, s:I}, s:{s:i, s:i, s:I, s:I, s:i}, "
         "s:{s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:f}}",
-        "model", s->model_id, "uptime_s", plat_now() - s->t_start, "batch", "configured",
-        (int)s->cfg.batch, "active", (int)st.running, "queued", (int)st.waiting, "http_in_flight",
-        in_flight, "kv", "blocks_total", (int)st.kv.n_blocks, "blocks_used", (int)st.kv.n_active,
+        "model", s->model_id, "uptime_s", plat_now() - s->t_start,
+        "batch", "configured", (int)s->cfg.batch, "active", (int)st.running, "queued", (int)st.waiting,
+        "http_in_flight", in_flight,
+        "kv", "blocks_total", (int)st.kv.n_blocks, "blocks_used", (int)st.kv.n_active,
         "blocks_cached", (int)st.kv.n_cached, "blocks_free", (int)st.kv.n_free, "block_tokens",
-        (int)st.kv_block_tokens, "bytes", (json_int_t)st.kv.bytes, "prefix_cache", "hits",
-        (json_int_t)st.kv.hits, "misses", (json_int_t)st.kv.misses, "hit_tokens",
-        (json_int_t)st.cached_tokens, "hit_bytes", (json_int_t)((double)st.cached_tokens * per_tok),
-        "admission", "max_batch", (int)s->cfg.batch, "max_queue", (int)s->cfg.max_queue, "ctx",
-        (json_int_t)s->cfg.ctx, "max_tokens", (json_int_t)s->cfg.max_tokens, "threads",
-        s->cfg.n_threads, "requests", "total", (json_int_t)st.requests_total, "finished",
+        (int)st.kv_block_tokens, "bytes", (json_int_t)st.kv.bytes,
+        "prefix_cache", "hits", (json_int_t)st.kv.hits, "misses", (json_int_t)st.kv.misses,
+        "hit_tokens", (json_int_t)st.cached_tokens, "hit_bytes",
+        (json_int_t)((double)st.cached_tokens * per_tok),
+        "admission", "max_batch", (int)s->cfg.batch, "max_queue", (int)s->cfg.max_queue,
+        "ctx", (json_int_t)s->cfg.ctx, "max_tokens", (json_int_t)s->cfg.max_tokens, "threads",
+        s->cfg.n_threads,
+        "requests", "total", (json_int_t)st.requests_total, "finished",
         (json_int_t)st.requests_finished, "cancelled", (json_int_t)st.requests_cancelled, "failed",
-        (json_int_t)st.requests_failed, "tokens", "prompt", (json_int_t)st.prompt_tokens,
-        "completion", (json_int_t)st.completion_tokens, "cached", (json_int_t)st.cached_tokens,
+        (json_int_t)st.requests_failed,
+        "tokens", "prompt", (json_int_t)st.prompt_tokens, "completion",
+        (json_int_t)st.completion_tokens, "cached", (json_int_t)st.cached_tokens,
         "engine", "steps", (json_int_t)st.steps, "step_tokens", (json_int_t)st.step_tokens,
         "preemptions", (json_int_t)st.preemptions, "busy_s", st.busy_s);
     if (j) {
@@ -123,11 +127,12 @@ int srv_route_stats(srv_server *s, json_t **body)
         json_object_set_new(ej, "isa", json_string(st.isa ? st.isa : ""));
         json_object_set_new(ej, "matmul", json_string(st.matmul ? st.matmul : ""));
         /* constrained decoding (docs/structured-output.md) */
-        json_object_set_new(
-            ej, "grammar",
-            json_pack("{s:I, s:I, s:f, s:f, s:I}", "requests", (json_int_t)st.grammar_requests,
-                      "masks", (json_int_t)st.grammar.masks, "mask_s", st.grammar.mask_s, "wait_s",
-                      st.grammar.wait_s, "budget_redraws", (json_int_t)st.grammar.budget_redraws));
+        json_object_set_new(ej, "grammar",
+                            json_pack("{s:I, s:I, s:f, s:f, s:I}", "requests",
+                                      (json_int_t)st.grammar_requests, "masks",
+                                      (json_int_t)st.grammar.masks, "mask_s", st.grammar.mask_s,
+                                      "wait_s", st.grammar.wait_s, "budget_redraws",
+                                      (json_int_t)st.grammar.budget_redraws));
     }
     json_t *adm = j ? admission_json(s, &st) : NULL;
     if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */
@@ -157,10 +162,9 @@ int srv_route_stats(srv_server *s, json_t **body)
     srv_rstore_stats rs = srv_rstore_get_stats(s->rstore);
     if (j)
         json_object_set_new(j, "responses_store",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "entries",
-                                      (json_int_t)rs.entries, "bytes", (json_int_t)rs.bytes,
-                                      "stored", (json_int_t)rs.stored, "hits", (json_int_t)rs.hits,
-                                      "misses", (json_int_t)rs.misses, "evicted",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "entries", (json_int_t)rs.entries,
+                                      "bytes", (json_int_t)rs.bytes, "stored", (json_int_t)rs.stored, "hits",
+                                      (json_int_t)rs.hits, "misses", (json_int_t)rs.misses, "evicted",
                                       (json_int_t)rs.evicted, "expired", (json_int_t)rs.expired));
     if (j && st.ssd_on) json_object_set_new(j, "ssd_cache", srv_ssd_stats_json(&st));
     *body = j;
@@ -172,8 +176,7 @@ int srv_route_metrics(srv_server *s, srv_buf *text)
     eng_engine *e = atomic_load(&s->engine);
     eng_stats st;
     if (e) st = eng_get_stats(e);
-    return srv_metrics_render(s->metrics, e ? &st : NULL, plat_now() - s->t_start, text) ? 500
-                                                                                         : 200;
+    return srv_metrics_render(s->metrics, e ? &st : NULL, plat_now() - s->t_start, text) ? 500 : 200;
 }
 
 /* ---------------------------------------------------------------- tokenize */
@@ -192,8 +195,7 @@ static json_t *load_object(const char *req, size_t len, json_t **body, int *stat
 
 int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body)
 {
-    if (!atomic_load(&s->engine))
-        return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
+    if (!atomic_load(&s->engine)) return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
     int status = 200;
     json_t *j = load_object(req, len, body, &status);
     if (!j) return status;
@@ -215,8 +217,7 @@ int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body
         json_t *add = json_object_get(j, "add_special_tokens");
         size_t nn = 0;
         unsigned fl = TOK_PARSE_SPECIAL | (add && !json_is_true(add) ? 0 : TOK_ADD_SPECIAL);
-        rc = tok_encode(s->tok, json_string_value(prompt), json_string_length(prompt), fl, &ids,
-                        &nn, &err);
+        rc = tok_encode(s->tok, json_string_value(prompt), json_string_length(prompt), fl, &ids, &nn, &err);
         n = (int32_t)nn;
     } else {
         json_decref(j);
@@ -225,8 +226,7 @@ int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body
     json_decref(j);
     if (rc) return fail_err(body, &err, NULL);
     json_t *arr = json_array();
-    for (int32_t i = 0; i < n && arr; i++)
-        json_array_append_new(arr, json_integer(ids[i]));
+    for (int32_t i = 0; i < n && arr; i++) json_array_append_new(arr, json_integer(ids[i]));
     free(ids);
     *body = json_pack("{s:o, s:i, s:i}", "tokens", arr ? arr : json_null(), "count", (int)n,
                       "max_model_len", (int)s->cfg.ctx);
@@ -235,8 +235,7 @@ int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body
 
 int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **body)
 {
-    if (!atomic_load(&s->engine))
-        return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
+    if (!atomic_load(&s->engine)) return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
     srv_request r;
     char param[64];
     kiln_err err;
@@ -251,7 +250,7 @@ int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **
     if (rc) goto fail;
     *body = json_pack("{s:i}", "input_tokens", (int)n);
     return *body ? 200 : 500;
-fail : {
+fail: {
     srv_error e = srv_error_from(&err, param[0] ? param : NULL);
     *body = srv_error_json_anthropic(&e);
     return srv_error_status(e.kind);
@@ -260,8 +259,7 @@ fail : {
 
 int srv_route_detokenize(srv_server *s, const char *req, size_t len, json_t **body)
 {
-    if (!atomic_load(&s->engine))
-        return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
+    if (!atomic_load(&s->engine)) return fail(body, SRV_E_LOADING, NULL, "the model is still loading");
     int status = 200;
     json_t *j = load_object(req, len, body, &status);
     if (!j) return status;
@@ -274,14 +272,11 @@ int srv_route_detokenize(srv_server *s, const char *req, size_t len, json_t **bo
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
     int32_t vocab = tok_vocab_size(s->tok);
     json_t *v;
-    json_array_foreach(toks, i, v)
-    {
-        if (!ids || !json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= vocab) {
+    json_array_foreach(toks, i, v) {
+        if (!ids || !json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab) {
             free(ids);
             json_decref(j);
-            return fail(body, KILN_E_INVALID, "tokens",
-                        "'tokens' must hold token ids in [0, vocab)");
+            return fail(body, KILN_E_INVALID, "tokens", "'tokens' must hold token ids in [0, vocab)");
         }
         ids[i] = (int32_t)json_integer_value(v);
     }
