@@ -168,6 +168,8 @@ int main(int argc, char **argv)
             json_any = 0;
         else if (!strcmp(argv[i], "--strict"))
             strict = 1;
+        else if (!strcmp(argv[i], "--cpu"))
+            use_cpu = 1;
         else if (!strcmp(argv[i], "--emit") && i + 1 < argc)
             emit_path = argv[++i];
         else if (!strcmp(argv[i], "-v"))
@@ -175,7 +177,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s --tokenizer DIR [--schemas F.jsonl] [--gbnf F]... "
-                    "[--tokens N] [--seed S] [--no-json-any] [--strict] [--emit F] [-v]\n",
+                    "[--tokens N] [--seed S] [--no-json-any] [--strict] [--cpu] [--emit F] [-v]\n",
                     argv[0]);
             return 2;
         }
