@@ -8,6 +8,7 @@
  * Threads: no shared state; any HTTP thread.
  */
 #include "server/srv_openai.h"
+#include "server/srv_constraint.h"
 #include "util/kiln_json.h"
 #include "server/srv_toolreq.h"
 
@@ -453,6 +454,7 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
         goto done;
     if ((rc = parse_options(root, out, param, err))) goto done;
     if ((rc = parse_sampling(root, out, param, err))) goto done;
+    if ((rc = srv_parse_format(root, out, param, err))) goto done;
     rc = parse_thinking(root, out, param, err);
     if (!rc && kiln_json_failures() != f0) /* a copy or a set that jansson let fail */
         rc = kiln_fail(err, KILN_E_NOMEM, "out of memory reading the request");
@@ -471,6 +473,8 @@ void srv_request_free(srv_request *r)
     free(r->prefill);
     free(r->previous_response_id);
     json_decref(r->template_kwargs);
+    json_decref(r->schema);
+    free(r->grammar);
     free(r->prompt);
     free(r->prompt_ids);
     free(r->bias);
