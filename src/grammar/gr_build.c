@@ -132,7 +132,7 @@ gr_expr gr_lit(gr_builder *b, const char *s, size_t n)
         gr_b_fail(b, KILN_E_NOMEM, "grammar: out of memory");
         return -1;
     }
-    memcpy(b->bytes + b->n_bytes, s, n);
+    if (n) memcpy(b->bytes + b->n_bytes, s, n); /* s may be NULL when n is 0 */
     gr_expr e = node_new(b, (gr_node){.kind = GR_E_BYTES, .a = b->n_bytes, .b = (int32_t)n});
     if (e >= 0) b->n_bytes += (int32_t)n;
     return e;

@@ -74,8 +74,11 @@ typedef struct {
     int32_t s, e;
 } frag;
 
+/* Both fail for good once the builder has failed, so that `s = nstate(n),
+ * e = nstate(n)` never pairs a failed state with a good one. */
 static int32_t nstate(nfa *n)
 {
+    if (n->b->failed) return -1;
     if (n->total >= n->b->o.max_nfa_states) {
         gr_b_fail(n->b, KILN_E_INVALID,
                   "grammar is too large (over %d automaton states before "
@@ -93,6 +96,7 @@ static int32_t nstate(nfa *n)
 
 static int nedge_add(nfa *n, int32_t from, int32_t to, int32_t sym, uint8_t lo, uint8_t hi)
 {
+    if (n->b->failed || from < 0 || to < 0) return -1;
     nedge e = {.to = to, .next = n->first.v[from], .sym = sym, .lo = lo, .hi = hi};
     if (VPUSH(n->edges, e)) {
         gr_b_fail(n->b, KILN_E_NOMEM, "grammar: out of memory");
@@ -680,7 +684,7 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
         d->cls[i] = (uint8_t)nc;
     }
     d->n_classes = nc + 1;
-    qsort(syms.v, (size_t)syms.n, sizeof *syms.v, cmp_i32);
+    if (syms.n > 1) qsort(syms.v, (size_t)syms.n, sizeof *syms.v, cmp_i32);
     int32_t ns = 0;
     for (int32_t i = 0; i < syms.n; i++)
         if (i == 0 || syms.v[i] != syms.v[i - 1]) syms.v[ns++] = syms.v[i];
@@ -696,7 +700,7 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
     ivec coff = {0};
     int added;
     if (closure(cl, &s, 1, &cur)) goto nomem2;
-    qsort(cur.v, (size_t)cur.n, sizeof *cur.v, cmp_i32);
+    if (cur.n > 1) qsort(cur.v, (size_t)cur.n, sizeof *cur.v, cmp_i32);
     if (setmap_get(&m, cur.v, cur.n, &added) < 0) goto nomem2;
     for (int32_t D = 0; D + 1 < m.off.n; D++) {
         if ((D & 255) == 0 && gr_b_check_time(b)) goto fail;
@@ -725,7 +729,7 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
         int32_t row = trans.n;
         for (int c = 0; c < d->n_classes; c++)
             if (VPUSH(trans, -1)) goto nomem2;
-        qsort(moves.v, (size_t)moves.n, sizeof *moves.v, cmp_kt);
+        if (moves.n > 1) qsort(moves.v, (size_t)moves.n, sizeof *moves.v, cmp_kt);
         for (int32_t i = 0; i < moves.n;) {
             int32_t j = i, key = moves.v[i].key;
             tmp.n = 0;
@@ -736,7 +740,7 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
             }
             cur.n = 0;
             if (closure(cl, tmp.v, tmp.n, &cur)) goto nomem2;
-            qsort(cur.v, (size_t)cur.n, sizeof *cur.v, cmp_i32);
+            if (cur.n > 1) qsort(cur.v, (size_t)cur.n, sizeof *cur.v, cmp_i32);
             int32_t T = setmap_get(&m, cur.v, cur.n, &added);
             if (T < 0) goto nomem2;
             if (key < 256)
@@ -974,7 +978,8 @@ void gr_grammar_retain(gr_grammar *g)
 static void grammar_free(gr_grammar *g)
 {
     if (!g) return;
-    for (int32_t i = 0; i < g->n_rules; i++)
+    for (int32_t i = 0; g->rules && i < g->n_rules;
+         i++) /* rules may be missing: a failed compile */
         free(g->rules[i].name);
     free(g->rules);
     free(g->flags);
@@ -1203,7 +1208,7 @@ static int left_recursion(gr_grammar *g, gr_builder *b)
             }
         }
     }
-    qsort(ed.v, (size_t)ed.n, sizeof *ed.v, cmp_kt);
+    if (ed.n > 1) qsort(ed.v, (size_t)ed.n, sizeof *ed.v, cmp_kt);
     for (int32_t i = 0; i < ed.n; i++)
         adj_off[ed.v[i].key + 1]++;
     for (int32_t r = 0; r < R; r++)

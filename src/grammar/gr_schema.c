@@ -620,10 +620,20 @@ static gr_expr literals(sc *c, const json_t *const *list, int n, int types)
             return sc_fail(c, KILN_E_INVALID, "'enum' must be a non-empty array");
         }
         json_t *set = json_array();
-        if (k) json_array_append(set, (json_t *)k);
-        if (e) json_array_extend(set, (json_t *)e);
+        if (!set || (k && json_array_append(set, (json_t *)k)) ||
+            (e && json_array_extend(set, (json_t *)e))) {
+            json_decref(set);
+            json_decref(vals);
+            return sc_fail(c, KILN_E_NOMEM, "out of memory");
+        }
         if (vals) {
             json_t *keep = json_array();
+            if (!keep) {
+                json_decref(set);
+                json_decref(vals);
+                return sc_fail(c, KILN_E_NOMEM, "out of memory");
+            }
+            bool lost = false;
             size_t a, bb;
             json_t *x, *y;
             json_array_foreach(vals, a, x)
@@ -634,11 +644,15 @@ static gr_expr literals(sc *c, const json_t *const *list, int n, int types)
                     in = false;
                     json_array_foreach(e, bb, y) if (json_equal(x, y)) in = true;
                 }
-                if (in) json_array_append(keep, x);
+                if (in && json_array_append(keep, x)) lost = true;
             }
             json_decref(vals);
             json_decref(set);
             vals = keep;
+            if (lost) {
+                json_decref(vals);
+                return sc_fail(c, KILN_E_NOMEM, "out of memory");
+            }
         } else {
             vals = set;
         }
