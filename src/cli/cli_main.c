@@ -3,6 +3,7 @@
  */
 #include "cli/cli.h"
 #include "cli/cli_models.h"
+#include "util/kiln_json.h"
 #include "util/kiln_log.h"
 
 #include <stdio.h>
@@ -45,6 +46,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     kiln_log_init_from_env();
+    kiln_json_init(); /* a failed jansson allocation is never silent (util/kiln_json.h) */
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -44,13 +44,14 @@ typedef struct {
     double max_stall_ms;             /* prefill time per step beside streams; < 0 = default */
     int64_t max_conns, max_conns_ip; /* --max-connections, --max-connections-per-ip */
     double header_timeout, keepalive_timeout, body_timeout; /* seconds */
-    int32_t env_limit;               /* KILN_CONTEXT_LIMIT; 0 = unset */
-    const char *ssd_cache; /* --ssd-cache DIR */
-    const char *data_dir;  /* --data-dir DIR: conversations (NULL = XDG default, "" = none) */
-    const char *pooling;   /* --pooling MODE for /v1/embeddings (NULL = the model's) */
-    int offline;           /* --offline: never download */
-    double ssd_cache_max;  /* GiB; 0 = no cap */
-    int64_t gen_ckpt;      /* --generation-checkpoint N; 0 = off */
+    int32_t env_limit;                                      /* KILN_CONTEXT_LIMIT; 0 = unset */
+    const char *ssd_cache;                                  /* --ssd-cache DIR */
+    const char *data_dir; /* --data-dir DIR: conversations (NULL = XDG default, "" = none) */
+    const char *pooling;  /* --pooling MODE for /v1/embeddings (NULL = the model's) */
+    int offline;          /* --offline: never download */
+    double ssd_cache_max; /* GiB; 0 = no cap */
+    int64_t gen_ckpt;     /* --generation-checkpoint N; 0 = off */
+    int64_t grammar_ws;   /* --grammar-ws N */
     cli_kv_flags kv;
 } serve_flags;
 
@@ -58,8 +59,8 @@ typedef struct {
 static srv_sampling_defaults pick_defaults(const serve_flags *f, const cli_flag *flags,
                                            const wt_config *c)
 {
-    srv_sampling_defaults d = {.temperature = 0.7f, .top_p = 1.0f, .top_k = 0, .min_p = 0.0f,
-                               .repetition_penalty = 1.0f};
+    srv_sampling_defaults d = {
+        .temperature = 0.7f, .top_p = 1.0f, .top_k = 0, .min_p = 0.0f, .repetition_penalty = 1.0f};
     if (c->has_gen_temperature) d.temperature = (float)c->gen_temperature;
     if (c->has_gen_top_p) d.top_p = (float)c->gen_top_p;
     if (c->has_gen_top_k) d.top_k = (int32_t)c->gen_top_k;
@@ -76,10 +77,13 @@ static int check_flags(const serve_flags *f, int *thinking)
 {
     *thinking = -1;
     if (f->thinking) {
-        if (!strcmp(f->thinking, "true") || !strcmp(f->thinking, "1")) *thinking = 1;
-        else if (!strcmp(f->thinking, "false") || !strcmp(f->thinking, "0")) *thinking = 0;
+        if (!strcmp(f->thinking, "true") || !strcmp(f->thinking, "1"))
+            *thinking = 1;
+        else if (!strcmp(f->thinking, "false") || !strcmp(f->thinking, "0"))
+            *thinking = 0;
         else {
-            fprintf(stderr, "kiln serve: --thinking must be true or false, got '%s'\n", f->thinking);
+            fprintf(stderr, "kiln serve: --thinking must be true or false, got '%s'\n",
+                    f->thinking);
             return 2;
         }
     }
@@ -104,9 +108,10 @@ static int check_flags(const serve_flags *f, int *thinking)
                 !(f->keepalive_timeout > 0 && f->keepalive_timeout <= 86400) ||
                 !(f->body_timeout > 0 && f->body_timeout <= 86400)
             ? "--header-timeout, --keepalive-timeout and --body-timeout must be in (0, 86400]"
-        : f->memory_budget < 0 ? "--memory-budget must be > 0 (decimal GB)"
-        : f->kv_budget < 0     ? "--kv-budget must be > 0 (decimal GB)"
-                               : NULL;
+        : f->memory_budget < 0                     ? "--memory-budget must be > 0 (decimal GB)"
+        : f->kv_budget < 0                         ? "--kv-budget must be > 0 (decimal GB)"
+        : f->grammar_ws < 0 || f->grammar_ws > 256 ? "--grammar-ws must be 0..256"
+                                                   : NULL;
     if (bad) {
         fprintf(stderr, "kiln serve: %s\n", bad);
         return 2;
@@ -165,7 +170,7 @@ typedef struct {
 static void serve_close(serve_state *st)
 {
     srv_quiesce(st->srv);
-    srv_stop(st->srv);  /* cancels in flight, waits (bounded), joins HTTP threads */
+    srv_stop(st->srv);        /* cancels in flight, waits (bounded), joins HTTP threads */
     if (st->ssd && st->eng) { /* SSD: what is published goes to disk before we go */
         eng_flush_result fr;
         eng_cache_flush(st->eng, 10000, &fr, NULL);
@@ -204,6 +209,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     sc.max_queue = (int32_t)f->max_queue;
     sc.thinking = thinking;
     sc.tool_parser = f->tool_family;
+    sc.grammar_ws = (int32_t)f->grammar_ws;
     sc.responses_ttl_s = f->responses_ttl;
     sc.responses_store_bytes = (size_t)(f->responses_store_mib * 1048576.0);
     sc.defaults = pick_defaults(f, flags, &cfg);
@@ -218,7 +224,8 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     eng_pooling pool = ENG_POOL_NONE;
     if (f->pooling && eng_pool_parse(f->pooling, &pool) != 0) {
         wt_config_free(&cfg);
-        fprintf(stderr, "kiln serve: --pooling must be mean, cls, last, max or mean_sqrt_len, got '%s'\n",
+        fprintf(stderr,
+                "kiln serve: --pooling must be mean, cls, last, max or mean_sqrt_len, got '%s'\n",
                 f->pooling);
         return 2;
     }
@@ -266,7 +273,8 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     eo.kv_budget_bytes = (uint64_t)(f->kv_budget * 1e9);
     eo.kv_bytes_per_token = plan.fit.kv_bytes_per_token;
     if (f->ssd_cache) {
-        if (cli_ssd_open(f->ssd_cache, f->ssd_cache_max, dir, st.rt, f->gen_ckpt > 0, &st.ssd, &err)) {
+        if (cli_ssd_open(f->ssd_cache, f->ssd_cache_max, dir, st.rt, f->gen_ckpt > 0, &st.ssd,
+                         &err)) {
             serve_close(&st);
             return cli_fail("serve", &err);
         }
@@ -274,12 +282,15 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         const char *wb = getenv("KILN_SSD_WRITEBEHIND");
         eo.ssd_writebehind = !(wb && !strcmp(wb, "0"));
         eo.ckpt_every = (int32_t)f->gen_ckpt;
+        const char *ck = getenv("KILN_CKPT_CANCELLED_KEEP_S");
+        if (ck && *ck) eo.ckpt_cancel_keep_s = atof(ck);
     }
     const cli_flag *pc = cli_find(flags, "prompt-cache");
     if (pc && pc->seen && f->prompt_cache == 0) eo.prefix_cache = false; /* --prompt-cache 0: off */
     if (f->prompt_cache > 0) {
         /* the byte cap on cached (unreferenced) prefix blocks */
-        double cap = f->prompt_cache * 1073741824.0 / (double)kv_pool_block_bytes(kv_pool_cfg(st.rt->kv));
+        double cap =
+            f->prompt_cache * 1073741824.0 / (double)kv_pool_block_bytes(kv_pool_cfg(st.rt->kv));
         kv_pool_set_cache_cap(st.rt->kv, cap > 1e9 ? 1000000000 : (int32_t)cap);
     }
     if (eng_engine_start(st.rt, st.tok, &eo, &st.eng, &err)) {
@@ -308,8 +319,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
            "KV pool %d "
            "blocks x %d tokens = %.1f MiB, KV %s)\n",
            id, f->host, srv_port(st.srv), st.rt->o.n_threads, kn_isa_name(), kn_matmul_mode(),
-           (int)f->batch,
-           (int)st.rt->o.ctx, (int)es.kv.n_blocks, (int)es.kv_block_tokens,
+           (int)f->batch, (int)st.rt->o.ctx, (int)es.kv.n_blocks, (int)es.kv_block_tokens,
            (double)es.kv.bytes / 1048576.0, st.rt->kv_desc);
     printf("kiln: chat page at http://%s:%d/\n", f->host, srv_port(st.srv));
     if (f->unix_path) printf("kiln: also serving on unix:%s\n", f->unix_path);
@@ -329,9 +339,17 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
 
 int cli_serve(int argc, char **argv)
 {
-    serve_flags f = {.host = "127.0.0.1", .port = 8080, .batch = 8, .max_queue = 64,
-                     .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20,
-                     .responses_ttl = 3600, .responses_store_mib = 64, .max_stall_ms = -1};
+    serve_flags f = {.host = "127.0.0.1",
+                     .port = 8080,
+                     .batch = 8,
+                     .max_queue = 64,
+                     .temperature = 0.7,
+                     .top_p = 1.0,
+                     .max_body = 4 << 20,
+                     .responses_ttl = 3600,
+                     .responses_store_mib = 64,
+                     .max_stall_ms = -1,
+                     .grammar_ws = 20};
     srv_config dc = srv_config_default();
     f.max_conns = dc.max_connections;
     f.max_conns_ip = dc.max_connections_per_ip;
@@ -340,8 +358,8 @@ int cli_serve(int argc, char **argv)
     f.body_timeout = dc.body_timeout_s;
     cli_flag flags[] = {
         {"model", CLI_STR, &f.model, "DIR|REPO",
-         "model folder or Hugging Face repo id, downloaded when not cached (default: the built-in "
-         CLI_DEFAULT_MODEL_NAME ")",
+         "model folder or Hugging Face repo id, downloaded when not cached (default: the "
+         "built-in " CLI_DEFAULT_MODEL_NAME ")",
          0},
         {"offline", CLI_BOOL, &f.offline, NULL,
          "never download: a repo id must already be in the cache (also HF_HUB_OFFLINE=1)", 0},
@@ -422,10 +440,15 @@ int cli_serve(int argc, char **argv)
          "persist each generation every N tokens in --ssd-cache; an identical retried request "
          "resumes after a crash (default: off)",
          0},
+        {"grammar-ws", CLI_INT, &f.grammar_ws, "N",
+         "constrained JSON (response_format, tool calls): most whitespace bytes between two "
+         "tokens (default 20; 0 = compact JSON)",
+         0},
         CLI_KV_FLAGS(f.kv),
         {0},
     };
-    int pr = cli_parse("serve", "Serve a model over an OpenAI-compatible HTTP API.", flags, argc, argv);
+    int pr =
+        cli_parse("serve", "Serve a model over an OpenAI-compatible HTTP API.", flags, argc, argv);
     if (pr) return pr == 1 ? 0 : 2;
     int thinking;
     if (check_flags(&f, &thinking)) return 2;
@@ -446,7 +469,9 @@ int cli_serve(int argc, char **argv)
     }
     f.tool_family = f.tool_parser ? srv_tc_family_from_name(f.tool_parser) : -1;
     if (f.gen_ckpt < 0 || f.gen_ckpt > 1000000 || (f.gen_ckpt > 0 && !f.ssd_cache)) {
-        fprintf(stderr, "kiln serve: --generation-checkpoint N needs --ssd-cache DIR and 1 <= N <= 1000000\n");
+        fprintf(
+            stderr,
+            "kiln serve: --generation-checkpoint N needs --ssd-cache DIR and 1 <= N <= 1000000\n");
         return 2;
     }
     if (f.ssd_cache_max < 0 || (f.ssd_cache_max > 0 && !f.ssd_cache)) {
@@ -458,8 +483,10 @@ int cli_serve(int argc, char **argv)
         return 2;
     }
     if (f.tool_parser && f.tool_family < 0) {
-        fprintf(stderr, "kiln serve: --tool-parser must be hermes, qwen3_coder, llama3, mistral, gemma "
-                        "or none, got '%s'\n", f.tool_parser);
+        fprintf(stderr,
+                "kiln serve: --tool-parser must be hermes, qwen3_coder, llama3, mistral, gemma "
+                "or none, got '%s'\n",
+                f.tool_parser);
         return 2;
     }
     /* Block the stop signals in every thread (MHD's and the engine's inherit

@@ -3,7 +3,10 @@
  * entry identity (model fingerprint, KV format, tokenizer, adapters, block
  * size) and the environment knobs:
  *   KILN_SSD_SPILL_QUEUE_GB  write-queue cap in GiB (default 2)
+ *   KILN_SSD_RETRY_S         after a failed write, retry writing this many seconds later (5)
+ *   KILN_SSD_MIN_FREE_MB     keep this much of the file system free (default 2%, <= 1 GiB)
  *   KILN_SSD_FAIL_AFTER      test hook: writes after the Nth fail like ENOSPC
+ *   KILN_SSD_FAIL_FILE       test hook: while this file exists, writes fail like ENOSPC
  */
 #include "cli/cli_ssd.h"
 #include "util/plat.h"
@@ -40,6 +43,12 @@ kiln_code cli_ssd_open(const char *dir, double max_gib, const char *model_dir,
     if (q && atof(q) > 0) c.queue_bytes = (uint64_t)(atof(q) * 1073741824.0);
     const char *fa = getenv("KILN_SSD_FAIL_AFTER");
     if (fa && *fa) c.fail_after = atoll(fa);
+    const char *ff = getenv("KILN_SSD_FAIL_FILE");
+    if (ff && *ff) c.fail_file = ff;
+    const char *rs = getenv("KILN_SSD_RETRY_S");
+    if (rs && atof(rs) > 0) c.retry_s = atof(rs);
+    const char *mf = getenv("KILN_SSD_MIN_FREE_MB");
+    if (mf && atof(mf) > 0) c.min_free_bytes = (uint64_t)(atof(mf) * 1048576.0);
     c.ckpt_reserve = ckpt;
     return kv_ssd_open(&c, out, err);
 }

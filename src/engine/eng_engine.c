@@ -55,6 +55,10 @@ struct eng_handle {
     eng_bias *bias;        /* OWNED */
     char *stops[ENG_MAX_STOP]; /* OWNED */
     int32_t *stop_ids;     /* OWNED */
+    int32_t *gtrig;        /* OWNED: grammar trigger ids */
+    int32_t *ends;         /* OWNED: ids that end it (EOS unless ignore_eos, stop ids) */
+    int32_t n_ends;
+    eng_gstate *gs;        /* OWNED (engine thread): the grammar's state; NULL = none */
     /* engine-thread state */
     eng_seq *seq;          /* OWNED while running */
     tok_stream *ts;        /* OWNED while running */
@@ -97,8 +101,11 @@ struct eng_engine {
     int32_t leases;            /* under mu: execution leases held; no step starts while > 0 */
     int in_step;               /* under mu: the engine thread is between admission and step end */
     eng_ssd *ssdw;             /* OWNED: SSD write-behind; NULL without a tier */
+    int shutting_down;         /* engine thread: the stop loop cancels what is left */
     double s_per_token;        /* engine thread: EWMA of step seconds per token (steps of
                                   >= ENG_MIN_PREFILL_SLICE tokens); 0 = not measured yet */
+    eng_gmask *gm;             /* OWNED: grammar masks (vocabulary, worker) */
+    eng_gstate **gjobs;        /* OWNED [max_seqs]: states whose masks this step needs */
     float *hidden;             /* OWNED [hidden_rows, hidden]: the hidden-state tap for steps with
                                   embedding requests; made at the first one, kept after */
     int32_t hidden_rows;
@@ -120,7 +127,7 @@ eng_engine_opts eng_engine_opts_default(void)
 {
     eng_engine_opts o = {
         .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .max_stall_s = 1.0, .prefix_cache = true,
-        .ssd_writebehind = true, .ckpt_max_age_s = 86400};
+        .ssd_writebehind = true, .ckpt_max_age_s = 86400, .ckpt_cancel_keep_s = 300};
     return o;
 }
 
@@ -154,6 +161,10 @@ static void handle_free(eng_handle *h)
     free(h->bias);
     for (int i = 0; i < ENG_MAX_STOP; i++) free(h->stops[i]);
     free(h->stop_ids);
+    free(h->gtrig);
+    free(h->ends);
+    eng_gstate_free(h->gs);
+    gr_grammar_release(h->p.grammar);
     free(h->hold);
     free(h->pool);
     pthread_mutex_destroy(&h->mu);
@@ -171,29 +182,36 @@ static void handle_unref(eng_handle *h)
 
 /* Queues an event (takes ownership of ev->text). Never fails: when memory for
  * the ring runs out the event's text is dropped and an ERROR replaces a DONE. */
-static void handle_push(eng_handle *h, eng_event *ev)
+/* Queues ev for the client. Invariant: after every push a slot is free, so
+ * the one terminal event (DONE or ERROR, which allocates nothing more) always
+ * fits; a token event that would take the last slot when the queue cannot
+ * grow is refused (-1, ev->text freed) and the caller ends the request with
+ * an error: the client sees an error, never a gap in the text. */
+static int handle_push(eng_handle *h, eng_event *ev)
 {
     pthread_mutex_lock(&h->mu);
-    if (h->ev_count == h->ev_cap) {
-        size_t nc = h->ev_cap ? h->ev_cap * 2 : 16;
+    KILN_ASSERT(h->ev_count < h->ev_cap); /* the invariant: eng_submit allocates the ring */
+    if (ev->kind == ENG_EV_TOKEN && h->ev_count + 1 == h->ev_cap) {
+        size_t nc = h->ev_cap * 2;
         eng_event *nq = malloc(nc * sizeof *nq);
-        if (nq) {
-            for (size_t i = 0; i < h->ev_count; i++) nq[i] = h->evq[(h->ev_head + i) % h->ev_cap];
-            free(h->evq);
-            h->evq = nq;
-            h->ev_head = 0;
-            h->ev_cap = nc;
+        if (!nq) {
+            pthread_mutex_unlock(&h->mu);
+            free(ev->text);
+            ev->text = NULL;
+            return -1;
         }
+        for (size_t i = 0; i < h->ev_count; i++) nq[i] = h->evq[(h->ev_head + i) % h->ev_cap];
+        free(h->evq);
+        h->evq = nq;
+        h->ev_head = 0;
+        h->ev_cap = nc;
     }
-    if (h->ev_count < h->ev_cap) {
-        h->evq[(h->ev_head + h->ev_count) % h->ev_cap] = *ev;
-        h->ev_count++;
-    } else {
-        free(ev->text); /* out of memory: the client sees a gap, never a crash */
-    }
+    h->evq[(h->ev_head + h->ev_count) % h->ev_cap] = *ev;
+    h->ev_count++;
     if (ev->kind != ENG_EV_TOKEN) h->ended = 1;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
+    return 0;
 }
 
 int eng_handle_next(eng_handle *h, eng_event *ev, int timeout_ms)
@@ -246,6 +264,7 @@ void eng_handle_release(eng_handle *h)
 static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
 {
     h->p = *p;
+    h->p.grammar = NULL; /* set once retained, below */
     h->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
     if (!h->prompt) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
     memcpy(h->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
@@ -267,6 +286,14 @@ static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
         memcpy(h->stop_ids, p->stop_ids, sizeof(int32_t) * (size_t)p->n_stop_ids);
     }
     h->p.stop_ids = h->stop_ids;
+    if (p->n_grammar_triggers > 0) {
+        h->gtrig = malloc(sizeof(int32_t) * (size_t)p->n_grammar_triggers);
+        if (!h->gtrig) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+        memcpy(h->gtrig, p->grammar_triggers, sizeof(int32_t) * (size_t)p->n_grammar_triggers);
+    }
+    h->p.grammar_triggers = h->gtrig;
+    if (p->grammar) gr_grammar_retain(p->grammar); /* released in handle_free */
+    h->p.grammar = p->grammar;
     return KILN_OK;
 }
 
@@ -306,6 +333,12 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0])
             return kiln_fail(err, KILN_E_INVALID, "stop strings must not be empty");
+    if (p->n_grammar_triggers < 0 || p->n_grammar_triggers > 64 || (p->n_grammar_triggers && !p->grammar))
+        return kiln_fail(err, KILN_E_INVALID, "grammar triggers need a grammar (at most 64)");
+    for (int32_t i = 0; i < p->n_grammar_triggers; i++)
+        if (p->grammar_triggers[i] < 0 || p->grammar_triggers[i] >= vocab)
+            return kiln_fail(err, KILN_E_INVALID, "grammar trigger token %d is out of range",
+                             (int)p->grammar_triggers[i]);
     if (e->o.kv_budget_bytes) {
         uint64_t proj = seq_projection(e, p);
         if (proj > e->o.kv_budget_bytes)
@@ -333,6 +366,12 @@ kiln_code eng_submit(eng_engine *e, const eng_params *p, eng_handle **out, kiln_
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     h->refs = 2; /* (1) client + engine */
+    h->ev_cap = 16; /* the event ring exists from the start: the terminal event always fits */
+    h->evq = malloc(h->ev_cap * sizeof *h->evq);
+    if (!h->evq) {
+        handle_free(h);
+        return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+    }
     if ((rc = copy_params(h, p, err))) {
         handle_free(h);
         return rc;
@@ -376,6 +415,25 @@ static int is_stop_token(const eng_engine *e, const eng_handle *h, int32_t tok)
     return 0;
 }
 
+/* The grammar's state and the ids that end the request (engine thread, at
+ * first admission). */
+static kiln_code grammar_setup(eng_engine *e, eng_handle *h, kiln_err *err)
+{
+    const wt_config *c = mdl_config(e->rt->model);
+    h->ends = malloc(sizeof(int32_t) * (size_t)(c->n_eos + 1 + h->p.n_stop_ids + 1));
+    if (!h->ends) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+    if (!h->p.ignore_eos) {
+        for (int i = 0; i < c->n_eos; i++) h->ends[h->n_ends++] = c->eos_ids[i];
+        if (tok_eos_id(e->tok) >= 0) h->ends[h->n_ends++] = tok_eos_id(e->tok);
+    }
+    for (int32_t i = 0; i < h->p.n_stop_ids; i++) h->ends[h->n_ends++] = h->p.stop_ids[i];
+    pthread_mutex_lock(&e->mu);
+    e->stats.grammar_requests++;
+    pthread_mutex_unlock(&e->mu);
+    return eng_gstate_create(e->gm, h->p.grammar, h->p.grammar_triggers, h->p.n_grammar_triggers,
+                             &h->gs, err);
+}
+
 /* Takes the first n bytes of the hold-back buffer as a new string (OWNED by the caller). */
 static char *hold_take(eng_handle *h, size_t n)
 {
@@ -390,6 +448,21 @@ static char *hold_take(eng_handle *h, size_t n)
     return t;
 }
 
+/* What becomes of a finished request's generation checkpoint:
+ *   stop, length, error  removed now (a retry starts afresh; an error may
+ *                        come from the checkpoint itself)
+ *   cancelled by its client  kept ckpt_cancel_keep_s for a retry to resume,
+ *                        then removed by the tier's writer thread
+ *   cancelled by a shutdown  kept: the retry after the restart resumes
+ *                        (checkpoints older than ckpt_max_age_s expire). */
+static void ckpt_finish(eng_engine *e, eng_handle *h, eng_finish why)
+{
+    if (why != ENG_FINISH_CANCELLED)
+        kv_ssd_remove(e->o.ssd, KV_SSD_CKPT, h->ckpt_id);
+    else if (!e->shutting_down)
+        kv_ssd_expire_in(e->o.ssd, KV_SSD_CKPT, h->ckpt_id, e->o.ckpt_cancel_keep_s);
+}
+
 static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char *stop_matched,
                        const kiln_err *err)
 {
@@ -402,11 +475,14 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
         ev.kind = ENG_EV_DONE;
         if (why != ENG_FINISH_STOP || !stop_matched) {
             /* no stop string matched: what was held back is text after all */
-            if (h->ts) {
+            int oom = 0;
+            if (h->ts && why != ENG_FINISH_CANCELLED) {
                 const char *t;
                 size_t n;
-                if (tok_stream_flush(h->ts, &t, &n, NULL) == KILN_OK && n) {
+                oom = tok_stream_flush(h->ts, &t, &n, NULL) != KILN_OK;
+                if (!oom && n) {
                     char *nb = realloc(h->hold, h->hold_len + n + 1);
+                    oom = !nb;
                     if (nb) {
                         h->hold = nb;
                         memcpy(h->hold + h->hold_len, t, n);
@@ -414,10 +490,16 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
                     }
                 }
             }
-            if (h->hold_len && why != ENG_FINISH_CANCELLED) {
+            if (!oom && h->hold_len && why != ENG_FINISH_CANCELLED) {
                 ev.text_len = h->hold_len;
                 ev.text = hold_take(h, h->hold_len);
-                if (!ev.text) ev.text_len = 0;
+                oom = !ev.text;
+            }
+            if (oom) { /* the end of the text is lost: say so instead of ending short */
+                ev.kind = ENG_EV_ERROR;
+                ev.text_len = 0;
+                kiln_fail(&ev.err, KILN_E_NOMEM, "out of memory while finishing the output");
+                why = ENG_FINISH_ERROR;
             }
         }
     }
@@ -439,14 +521,15 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     ev.cached_tokens = h->cached_tokens;
     ev.steps = h->n_steps;
     ev.resumed_tokens = h->resumed;
-    if (h->ckpt_id && (why == ENG_FINISH_STOP || why == ENG_FINISH_LENGTH))
-        kv_ssd_remove(e->o.ssd, KV_SSD_CKPT, h->ckpt_id); /* done: a retry starts afresh */
+    if (h->ckpt_id) ckpt_finish(e, h, why);
     if (h->seq) {
         eng_seq_free(h->seq, e->rt->kv);
         h->seq = NULL;
     }
     tok_stream_destroy(h->ts);
     h->ts = NULL;
+    eng_gstate_free(h->gs);
+    h->gs = NULL;
     pthread_mutex_lock(&e->mu);
     e->stats.requests_finished++;
     if (why == ENG_FINISH_CANCELLED) e->stats.requests_cancelled++;
@@ -456,8 +539,8 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     e->stats.cached_tokens += (uint64_t)h->cached_tokens;
     e->stats.kv = kv_pool_get_stats(e->rt->kv); /* blocks freed above: visible at DONE */
     pthread_mutex_unlock(&e->mu);
-    handle_push(h, &ev);
-    handle_unref(h); /* (1) the engine's reference */
+    (void)handle_push(h, &ev); /* a terminal event always fits (handle_push's invariant) */
+    handle_unref(h);           /* (1) the engine's reference */
 }
 
 /* ---------------------------------------------------------------- stop strings */
@@ -499,18 +582,38 @@ static long stop_find(const eng_handle *h, const char *s, size_t n, int *which)
 
 static void ckpt_save(eng_engine *e, eng_handle *h);
 
+/* A token's text could not be handed over (out of memory): the request ends
+ * with an error rather than a reply with a gap. Returns 1 (h is gone). */
+static int token_oom(eng_engine *e, eng_handle *h)
+{
+    kiln_err err;
+    kiln_fail(&err, KILN_E_NOMEM, "out of memory while streaming the output");
+    req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+    return 1;
+}
+
 /* A sampled token: decode, match stops, emit. Returns 1 when the request ended. */
 static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample_out *so)
 {
     kiln_err err;
     h->n_generated++;
-    if (is_stop_token(e, h, tok)) {
+    int stop = is_stop_token(e, h, tok);
+    if (h->gs && eng_gstate_accept(h->gs, tok, stop, &err) != KILN_OK) {
+        req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+        return 1;
+    }
+    if (stop) {
         req_finish(e, h, ENG_FINISH_STOP, NULL, NULL);
         return 1;
     }
     const char *piece = NULL;
     size_t plen = 0;
-    if (tok_stream_push(h->ts, tok, &piece, &plen, &err) != KILN_OK) plen = 0;
+    kiln_code trc = tok_stream_push(h->ts, tok, &piece, &plen, &err);
+    if (trc == KILN_E_NOMEM) {
+        req_finish(e, h, ENG_FINISH_ERROR, NULL, &err); /* a token without its text: an error */
+        return 1;
+    }
+    if (trc) plen = 0; /* an id past the tokenizer (the model's padding rows): no text */
     if (plen) {
         if (h->hold_len + plen + 1 > h->hold_cap) {
             size_t nc = (h->hold_len + plen + 1) * 2;
@@ -536,18 +639,22 @@ static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample
     if (at >= 0) {
         ev.text_len = (size_t)at;
         ev.text = hold_take(h, (size_t)at);
+        if (!ev.text || handle_push(h, &ev)) return token_oom(e, h);
         h->hold_len = 0;
-        handle_push(h, &ev);
         req_finish(e, h, ENG_FINISH_STOP, h->p.stop[which], NULL);
         return 1;
     }
     size_t keep = h->p.n_stop ? stop_holdback(h, h->hold, h->hold_len) : 0;
     ev.text_len = h->hold_len - keep;
     ev.text = hold_take(h, ev.text_len);
-    if (!ev.text) ev.text_len = 0;
-    handle_push(h, &ev);
+    if (!ev.text || handle_push(h, &ev)) return token_oom(e, h);
+    if (eng_gstate_done(h->gs)) { /* the grammar allows nothing more */
+        req_finish(e, h, ENG_FINISH_STOP, NULL, NULL);
+        return 1;
+    }
     if (h->n_generated >= h->p.max_tokens || h->seq->n_tokens + 1 > e->rt->o.ctx) {
-        req_finish(e, h, ENG_FINISH_LENGTH, NULL, NULL);
+        /* a grammar's output that is complete at the limit stopped, it was not cut */
+        req_finish(e, h, eng_gstate_complete(h->gs) ? ENG_FINISH_STOP : ENG_FINISH_LENGTH, NULL, NULL);
         return 1;
     }
     if (eng_seq_append(h->seq, tok, &err) != KILN_OK) {
@@ -652,13 +759,22 @@ static void engine_admit(eng_engine *e)
                 continue;
             }
             eng_rng_seed(&h->rng, h->p.sp.seed);
+            if (h->p.grammar && (grammar_setup(e, h, &err) != KILN_OK)) {
+                req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+                continue;
+            }
             /* prime the detokenizer with the last prompt token so the first
              * generated piece gets the spacing it has after the prompt
              * (SentencePiece strips the leading space of a text's first token) */
             const char *t;
             size_t n;
-            tok_stream_push(h->ts, h->prompt[h->p.n_prompt - 1], &t, &n, NULL);
-            if (e->o.ckpt_every > 0 && ckpt_resume(e, h)) continue; /* ended in the replay */
+            if (tok_stream_push(h->ts, h->prompt[h->p.n_prompt - 1], &t, &n, &err) ==
+                KILN_E_NOMEM) {
+                req_finish(e, h, ENG_FINISH_ERROR, NULL, &err); /* else its text would leak out */
+                continue;
+            }
+            /* checkpoints do not carry the grammar's identity: constrained requests skip them */
+            if (e->o.ckpt_every > 0 && !h->p.grammar && ckpt_resume(e, h)) continue; /* ended in the replay */
         }
         /* pooling every position needs every row computed: no cached prefix stands in */
         int32_t hit = eng_pool_needs_all(h->p.pooling) ? 0 : eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);
@@ -776,6 +892,40 @@ static int32_t engine_plan(eng_engine *e)
     return n;
 }
 
+/* A row with NaN logits (a model whose weights or activations overflowed):
+ * they are never drawn (eng_sample.c); one WARN per engine, counted in
+ * /stats. When nothing finite was left (tok < 0) the request ends with an
+ * error. Returns 1 when h was finished. Engine thread. */
+static int sample_degenerate(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample_out *so)
+{
+    if (so->n_nan) {
+        pthread_mutex_lock(&e->mu);
+        int first = e->stats.nan_logit_rows++ == 0;
+        pthread_mutex_unlock(&e->mu);
+        if (first)
+            KLOG_WARN("engine",
+                      "the model produced NaN logits (%d in this row): they are never sampled; "
+                      "counted in /stats engine.nan_logit_rows",
+                      (int)so->n_nan);
+    }
+    if (tok >= 0) return 0;
+    kiln_err err;
+    if (so->n_nan)
+        kiln_fail(&err, KILN_E_CORRUPT,
+                  "the model produced no finite logit (NaN or -inf for every token): its "
+                  "weights or activations are broken");
+    else
+        kiln_fail(&err, KILN_E_INVALID,
+                  "no token can be sampled: logit_bias and penalties leave every logit at -inf");
+    for (int32_t i = 0; i < e->n_running; i++)
+        if (e->running[i] == h) {
+            running_remove(e, i);
+            break;
+        }
+    req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+    return 1;
+}
+
 /* An embedding request's rows of this step go into its pool; once its whole
  * prompt has run, it is finished with the pooled vector. */
 static void embed_rows(eng_engine *e, eng_handle *h, int32_t hrow, int32_t n_run)
@@ -801,12 +951,19 @@ static void engine_step(eng_engine *e)
     if (n == 0) return;
     kiln_err err;
     double t0 = plat_now();
+    /* grammar masks of the rows that get logits: computed while the model runs */
+    int32_t ng = 0;
+    for (int32_t k = 0; k < n; k++)
+        if (e->owners[k]->gs && e->items[k].max_tokens == eng_seq_pending(e->items[k].seq))
+            e->gjobs[ng++] = e->owners[k]->gs;
+    if (ng) eng_gmask_begin(e->gm, e->gjobs, ng);
     int pooled = 0; /* (4) the tap is on only for steps with an embedding request */
     for (int32_t k = 0; k < n && !pooled; k++) pooled = e->owners[k]->p.pooling != ENG_POOL_NONE;
     if (pooled) mdl_ctx_set_hidden_out(e->rt->cx, e->hidden, e->hidden_rows);
     kiln_code rc = eng_step_run(e->rt->cx, e->rt->kv, e->items, n, e->ns, e->rt->logits,
                                  e->rt->logit_rows, &err);
     if (pooled) mdl_ctx_set_hidden_out(e->rt->cx, NULL, 0);
+    if (ng) eng_gmask_end(e->gm);
     int64_t vocab = mdl_vocab(e->rt->model);
     int32_t row = 0, toks = 0;
     for (int32_t k = 0; k < n; k++) {
@@ -829,12 +986,27 @@ static void engine_step(eng_engine *e)
         float *lg = e->rt->logits + (size_t)row * (size_t)vocab;
         row++;
         eng_sample_out so;
-        int32_t tok = eng_sample_row(&h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens,
-                                     &h->rng, e->rt->sample_scratch, &so);
         int32_t at = -1;
         for (int32_t i = 0; i < e->n_running && at < 0; i++)
             if (e->running[i] == h) at = i;
         uint64_t proj = h->kv_proj;
+        int32_t tok;
+        if (!h->gs) {
+            tok = eng_sample_row(&h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens, &h->rng,
+                                 e->rt->sample_scratch, &so);
+        } else {
+            int32_t left = h->p.max_tokens - h->n_generated, room = e->rt->o.ctx - h->seq->n_tokens;
+            kiln_err gerr;
+            tok = eng_gstate_sample(h->gs, &h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens,
+                                    h->ends, h->n_ends, left < room ? left : room, &h->rng,
+                                    e->rt->sample_scratch, &so, &gerr);
+            if (tok < 0) { /* -2: a sentence nothing may end (ignore_eos): it is complete */
+                if (at >= 0) running_remove(e, at);
+                req_finish(e, h, tok == -2 ? ENG_FINISH_STOP : ENG_FINISH_ERROR, NULL, &gerr);
+                continue;
+            }
+        }
+        if ((so.n_nan || tok < 0) && sample_degenerate(e, h, tok, &so)) continue; /* h is gone */
         if (req_token(e, h, tok, &so) && at >= 0) running_drop(e, at, proj); /* h may be gone */
     }
     double dt = plat_now() - t0;
@@ -923,6 +1095,7 @@ static void *engine_main(void *arg)
         if (e->ssdw) eng_ssd_work(e->ssdw, idle); /* SSD: flush passes; write-behind when idle */
     }
     /* shutting down: everything still here is cancelled */
+    e->shutting_down = 1;
     while (e->n_running > 0) {
         eng_handle *h = e->running[e->n_running - 1];
         e->n_running--;
@@ -1042,7 +1215,10 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     e->running = calloc((size_t)rt->o.max_seqs, sizeof *e->running);
     e->items = calloc((size_t)rt->o.max_seqs, sizeof *e->items);
     e->owners = calloc((size_t)rt->o.max_seqs, sizeof *e->owners);
-    if (!e->running || !e->items || !e->owners) {
+    e->gjobs = calloc((size_t)rt->o.max_seqs, sizeof *e->gjobs);
+    kiln_err gerr;
+    if (!e->running || !e->items || !e->owners || !e->gjobs ||
+        eng_gmask_create(tok, &e->gm, &gerr) != KILN_OK) {
         eng_engine_stop(e);
         return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
     }
@@ -1076,10 +1252,9 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     if (o->ssd) { /* SSD tier: spill-on-evict + RAM-miss loads in the pool, write-behind here */
         kiln_err werr;
         kv_ssd_attach(o->ssd, rt->kv);
-        if (o->ckpt_every > 0) {
-            int n = kv_ssd_expire(o->ssd, KV_SSD_CKPT, o->ckpt_max_age_s);
-            if (n) KLOG_INFO("engine", "removed stale generation checkpoints n=%d", n);
-        }
+        /* stale checkpoints go now and, on a long-running server, every minute */
+        int n = kv_ssd_set_ckpt_max_age(o->ssd, o->ckpt_max_age_s);
+        if (n) KLOG_INFO("engine", "removed stale generation checkpoints n=%d", n);
         if (eng_ssd_create(o->ssd, rt->kv, o->ssd_writebehind, &e->ssdw, &werr) != KILN_OK) {
             eng_engine_stop(e);
             return kiln_fail(err, werr.code, "%s", werr.msg);
@@ -1111,6 +1286,8 @@ void eng_engine_stop(eng_engine *e)
     free(e->running);
     free(e->items);
     free(e->owners);
+    free(e->gjobs);
+    eng_gmask_destroy(e->gm);
     free(e->hidden);
     free(e);
 }
@@ -1121,6 +1298,7 @@ eng_stats eng_get_stats(eng_engine *e)
     eng_stats s = e->stats;
     s.waiting = e->n_waiting;
     pthread_mutex_unlock(&e->mu);
+    s.grammar = eng_gmask_get_stats(e->gm); /* its own lock */
     if (e->o.ssd) { /* kv_ssd locks inside */
         s.ssd_on = true;
         s.ssd = kv_ssd_get_stats(e->o.ssd);

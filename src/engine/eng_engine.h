@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/eng_grammar.h"
 #include "engine/eng_pool.h"
 #include "engine/eng_runtime.h"
 #include "engine/eng_sample.h"
@@ -60,6 +61,13 @@ typedef struct {
      * the choice index among n (told apart when seeds are random) */
     bool seed_random;
     int32_t choice;
+    /* constrained decoding (eng_grammar.h, docs/structured-output.md): the
+     * output must be a sentence of grammar (BORROWED during eng_submit, which
+     * retains it), from the first token, or from after one of the trigger
+     * tokens (special tokens such as [TOOL_CALLS]; BORROWED, copied) */
+    gr_grammar *grammar;
+    const int32_t *grammar_triggers;
+    int32_t n_grammar_triggers;
     /* embeddings: not ENG_POOL_NONE makes this a prefill-only request whose final-normed
      * hidden states are pooled (eng_pool.h) into the DONE event's embedding; nothing is
      * sampled (max_tokens and sp are ignored). Modes that read every position take no
@@ -115,7 +123,10 @@ typedef struct {
     struct kv_ssd *ssd;
     bool ssd_writebehind;     /* queue published blocks while idle (default true) */
     int32_t ckpt_every;       /* generation checkpoint every N tokens (needs ssd); 0 = off */
-    double ckpt_max_age_s;    /* checkpoints older than this are removed at start (default 1 day) */
+    double ckpt_max_age_s;    /* checkpoints older than this are removed, at start and then
+                                 every minute (default 1 day) */
+    double ckpt_cancel_keep_s; /* a client-cancelled request's checkpoint is removed this long
+                                  after (default 300 s; KILN_CKPT_CANCELLED_KEEP_S) */
 } eng_engine_opts;
 
 typedef struct {
@@ -131,6 +142,7 @@ typedef struct {
     int32_t leases;              /* execution leases held (eng_engine_lease_acquire) */
     bool ssd_on;              /* an SSD tier is attached; ssd holds its counters */
     uint64_t ckpt_saved, ckpt_resumed; /* generation checkpoints queued / requests resumed */
+    uint64_t nan_logit_rows;  /* logit rows with NaN entries (never sampled; eng_sample.c) */
     kv_ssd_stats ssd;
     char kv_format[128];         /* kv_format_describe of the pool's format */
     const char *isa, *matmul;    /* STATIC strings: kernel variant and matmul mode */
@@ -141,6 +153,9 @@ typedef struct {
     int32_t kv_window, kv_sliding_window, kv_sliding_layers;
     int64_t kv_seq_max_blocks;
     uint64_t kv_bytes_per_token_full_layers, kv_bytes_per_token_sliding_layers;
+    /* constrained decoding */
+    uint64_t grammar_requests;   /* requests with a grammar */
+    eng_gmask_stats grammar;     /* masks computed, time, waits, budget redraws */
 } eng_stats;
 
 /* API */

@@ -158,6 +158,10 @@ kiln_code eng_generate(eng_runtime *rt, const int32_t *prompt, int32_t n_prompt,
         eng_sample_out so;
         int32_t tok = eng_sample_row(sp, rt->logits, vocab, s->tokens, s->n_tokens, &rng,
                                      rt->sample_scratch, &so);
+        if (tok < 0) { /* no finite logit (eng_sample.h): nothing to draw */
+            rc = kiln_fail(err, KILN_E_CORRUPT, "the model produced no finite logit");
+            break;
+        }
         res->n_generated++;
         int stop = on_token ? on_token(user, tok, &so) : 0;
         if (!ignore_eos && is_eos(mdl_config(rt->model), tok)) {

@@ -8,12 +8,16 @@
  *
  * Order (mlx-lm's): processors on the logits (logit_bias, repetition penalty,
  * presence and frequency penalties over the last `penalty_window` tokens of
- * the history) → log-softmax → top_p → min_p → top_k (each masks on the same
- * log-probabilities) → temperature → sample. temperature 0 is greedy (argmax,
+ * the history) → [a grammar's token mask] → log-softmax → top_p → min_p →
+ * top_k (each masks on the same log-probabilities) → temperature → sample. temperature 0 is greedy (argmax,
  * lowest id on ties). Log-probabilities reported are the log-softmax after the
  * processors and before filters and temperature.
  * The RNG lives in the sequence: the same seed and request give the same tokens
  * whatever else runs.
+ * Extremes: a NaN logit is never drawn, +inf ties at the top, any temperature
+ * > 0 and any filter keeps at least the best token; only a row where every
+ * logit is -inf or NaN has no token (eng_sample_row returns -1). See
+ * eng_sample.c and docs/engine.md, Sampling.
  */
 #ifndef KILN_ENG_SAMPLE_H
 #define KILN_ENG_SAMPLE_H
@@ -51,7 +55,8 @@ typedef struct {
 } eng_rng;
 
 typedef struct {
-    int32_t token;
+    int32_t token; /* -1: no token (every logit -inf or NaN) */
+    int32_t n_nan; /* logits of the row that were NaN (treated as -inf) */
     float logprob;
     int32_t n_top;
     int32_t top_ids[ENG_MAX_TOP_LOGPROBS];
@@ -65,11 +70,21 @@ kiln_code eng_sampling_validate(const eng_sampling *sp, int64_t vocab, kiln_err 
 void eng_rng_seed(eng_rng *r, uint64_t seed);
 double eng_rng_uniform(eng_rng *r); /* [0, 1) */
 size_t eng_sample_scratch_bytes(int64_t vocab);
-/* Samples one token. `logits` [vocab] is modified in place (processors applied).
- * history: the sequence's tokens so far (prompt + generated). scratch: at least
- * eng_sample_scratch_bytes(vocab), 64-byte aligned. out may be NULL. */
+/* Samples one token. `logits` [vocab] is modified in place (processors applied,
+ * NaN -> -inf, +inf -> FLT_MAX). history: the sequence's tokens so far (prompt +
+ * generated). scratch: at least eng_sample_scratch_bytes(vocab), 64-byte
+ * aligned. out may be NULL. Returns a token id, or -1 when no logit is finite
+ * after the processors (a broken model, or a bias of -inf on every token). */
 int32_t eng_sample_row(const eng_sampling *sp, float *logits, int64_t vocab,
                        const int32_t *history, int64_t n_history, eng_rng *rng, void *scratch,
                        eng_sample_out *out);
+/* The same over the tokens whose bit is set in allow ([ceil(vocab/64)] words; a
+ * grammar's mask): after the processors, before log-softmax, filters and
+ * temperature, so every probability (and reported logprob) is the
+ * distribution renormalized over the allowed tokens. allow NULL = all tokens
+ * (bitwise eng_sample_row). Returns -1 when no token is allowed. */
+int32_t eng_sample_row_masked(const eng_sampling *sp, float *logits, int64_t vocab,
+                              const int32_t *history, int64_t n_history, const uint64_t *allow,
+                              eng_rng *rng, void *scratch, eng_sample_out *out);
 
 #endif

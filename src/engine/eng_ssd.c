@@ -28,6 +28,7 @@ struct eng_ssd {
     int32_t cursor;
     uint64_t pass_gen, clean_gen;
     int in_pass;
+    int pass_refused; /* a put of this pass was refused (writes paused): not clean */
     /* flush tickets */
     _Atomic uint64_t flush_req;
     pthread_mutex_t mu;
@@ -80,6 +81,7 @@ static uint64_t walk(eng_ssd *w, int max, int *ended, int background)
         int r = background ? kv_ssd_put_background(w->ssd, KV_SSD_BLOCK, h, d, n)
                            : kv_ssd_put(w->ssd, KV_SSD_BLOCK, h, d, n);
         if (r == 1) queued++;
+        if (r == -2) w->pass_refused = 1; /* a full disk: this block waits for the next pass */
     }
 }
 
@@ -90,9 +92,11 @@ int eng_ssd_wait_ms(eng_ssd *w)
     pthread_mutex_unlock(&w->mu);
     if (atomic_load(&w->flush_req) > done) return 0;
     if (!w->writebehind) return -1;
-    kv_ssd_stats st = kv_ssd_get_stats(w->ssd);
-    if (st.degraded) return -1;
     if (!w->in_pass && kv_pool_publish_gen(w->kv) == w->clean_gen) return -1;
+    /* writes paused after a failure (a full disk): ask again when they resume */
+    double paused = kv_ssd_paused_for(w->ssd);
+    if (paused > 0) return paused < 1.0 ? (int)(paused * 1000) + 1 : 1000;
+    kv_ssd_stats st = kv_ssd_get_stats(w->ssd);
     /* the queue is for evictions and checkpoints too: write-behind uses a quarter */
     size_t bb;
     (void)kv_pool_block_data(w->kv, 0, &bb);
@@ -124,6 +128,7 @@ void eng_ssd_work(eng_ssd *w, bool idle)
     if (!idle || eng_ssd_wait_ms(w) != 0) return;
     if (!w->in_pass) {
         w->in_pass = 1;
+        w->pass_refused = 0;
         w->cursor = 0;
         w->pass_gen = kv_pool_publish_gen(w->kv);
     }
@@ -132,7 +137,8 @@ void eng_ssd_work(eng_ssd *w, bool idle)
     if (ended) {
         w->in_pass = 0;
         w->cursor = 0;
-        if (kv_pool_publish_gen(w->kv) == w->pass_gen) w->clean_gen = w->pass_gen;
+        if (kv_pool_publish_gen(w->kv) == w->pass_gen && !w->pass_refused)
+            w->clean_gen = w->pass_gen;
     }
 }
 

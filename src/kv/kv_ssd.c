@@ -1,43 +1,41 @@
 /*
  * kv_ssd.c — the SSD tier: an index of entries on disk, a bounded write queue
- * and the writer thread that makes queued entries durable. API in kv_ssd.h.
- *
- * Entry file layout (all integers little-endian):
- *    0  magic "KILNKVS\0"          8
- *    8  version (KV_SSD_VERSION)   u32
- *   12  kind (kv_ssd_kind)         u32
- *   16  model_fp                   u64
- *   24  kv_format                  u64
- *   32  tok_fp                     u64
- *   40  adapter_ns                 u64
- *   48  key                        u64
- *   56  block_tokens               u32
- *   60  reserved (0)               u32
- *   64  payload_len                u64
- *   72  XXH3-64 of bytes [0, 72)   u64   (a flipped header byte is caught by the scan)
- *   80  reserved (0)               16
- *   96  payload                    payload_len bytes
- *    .  XXH3-64 of header+payload  u64   (verified on every load)
+ * and the writer thread that makes queued entries durable. API in kv_ssd.h;
+ * an entry's bytes and names in kv_ssd_format.c; every file operation in
+ * kv_ssd_file.c (no symlink followed, no blocking open, regular files only).
  *
  * Index entry states, and the function that moves each one:
  *   (none)  -> QUEUED   kv_ssd_put()        bytes copied into the queue
  *   QUEUED  -> ONDISK   writer_main()       temp file, fsync, rename, dir fsync
  *   QUEUED  -> (none)   queue_make_room()   queue over its cap: oldest not-in-flight dropped
- *   QUEUED  -> (none)   writer_main()       a write failed: tier degraded, queue dropped
+ *   QUEUED  -> (none)   pause_writes()      a write failed: writes pause, queue dropped
  *   ONDISK  -> (none)   evict_over_cap()    size cap, least recently used first
- *   ONDISK  -> (none)   quarantine()        a load found the entry corrupt
+ *   ONDISK  -> (none)   quarantine_file()   a load found the entry corrupt
+ *   ONDISK  -> (none)   expire_sweep()      a checkpoint past its age or its expire_at
  * The start-up scan (scan_dir) indexes only entries of this identity; a sound
  * entry of the same model and tokenizer under another setting (KV format,
  * adapters, block size) is never indexed and never touched (st.skipped), so
- * switching settings back finds it; anything else that fails is quarantined.
+ * switching settings back finds it; a name that is not a regular file of
+ * ours (FIFO, device, socket, symlink, directory) is never opened, indexed or
+ * moved (st.strange, one WARN line per scan); anything else that fails a
+ * check is quarantined.
+ * Write states (the tier as a whole):
+ *   WRITING -> PAUSED   pause_writes()      a write failed (ENOSPC, EIO, under min_free):
+ *                                           one WARN line, queue dropped, puts refused
+ *   PAUSED  -> PROBING  (time)              cfg.retry_s after the failure: puts accepted again
+ *   PROBING -> WRITING  writer_main()       a write succeeded: one WARN line (st.resumed)
+ *   PROBING -> PAUSED   pause_writes()      it failed again (no new WARN line)
+ *   st.degraded is 1 in PAUSED and PROBING.
  * Invariants:
  *   (1) an entry is in the map iff it is QUEUED (item != NULL) or ONDISK
  *   (2) ONDISK entries are on the LRU list exactly once; QUEUED ones are not
  *   (3) bytes == Σ file sizes of ONDISK entries; pending_bytes == Σ queued items
  * Threads: mu guards everything below; file reads in kv_ssd_get run unlocked
- * (an entry evicted meanwhile reads as a miss). The writer thread sleeps on cv.
+ * (an entry evicted meanwhile reads as a miss). The writer thread sleeps on cv,
+ * and wakes on its own for checkpoint expiry (expire_sweep).
  */
 #include "kv/kv_ssd.h"
+#include "kv/kv_ssd_int.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
 
@@ -57,7 +55,9 @@
 
 #include "util/kiln_le.h"
 
-static const uint8_t MAGIC[8] = {'K', 'I', 'L', 'N', 'K', 'V', 'S', 0};
+#define SWEEP_EVERY_S 60.0      /* checkpoint max-age sweep period (seconds; or max age / 2) */
+#define QUARANTINE_KEEP 256     /* files kept in DIR/quarantine/; later bad ones are deleted */
+#define MIN_FREE_CAP ((uint64_t)1 << 30) /* default reserve: 2% of the file system, <= 1 GiB */
 
 /* ---------------------------------------------------------------- types */
 
@@ -78,17 +78,24 @@ typedef struct {
     uint8_t kind, state;
     uint64_t file_bytes;        /* ONDISK */
     double mtime;               /* wall-clock seconds of the last write or use */
+    double expire_at;           /* wall-clock seconds; 0 = only the max age (kv_ssd_expire_in) */
     int32_t lru_prev, lru_next; /* ONDISK */
     item *q;                    /* QUEUED */
     item *next;                 /* QUEUED and in flight: a newer version (checkpoints), OWNED */
     uint8_t doomed;             /* removed while in flight: unlink once written */
+    uint64_t shadow_bytes;      /* QUEUED checkpoint: an older version's file of this size is
+                                   still under the name (the rename will replace it); 0 = none */
+    double shadow_mtime;        /* ... and its mtime */
     int32_t free_next;
 } entry;
 
 struct kv_ssd {
     kv_ssd_config cfg;
-    char *dir, *qdir; /* OWNED */
+    char *dir; /* OWNED */
+    int dfd;   /* OWNED the directory: every entry is opened relative to it */
+    int qdfd;  /* OWNED DIR/quarantine/; -1: bad entries are deleted instead */
     int lock_fd;
+    uint64_t min_free; /* bytes the file system keeps free (kvf_write_atomic) */
     pthread_mutex_t mu;
     pthread_cond_t cv, drained; /* cv: work for the writer; drained: an item finished */
     pthread_t thread;
@@ -101,138 +108,16 @@ struct kv_ssd {
     int32_t map_cap, map_used;
     int32_t lru_head, lru_tail; /* head = least recently used */
     item *q_head, *q_tail;
-    int64_t writes_ok;
-    int warned;
+    int64_t writes_ok;              /* test hook: cfg.fail_after */
+    char *fail_file;                /* OWNED test hook: cfg.fail_file */
+    double retry_at;                /* PAUSED until this plat_now() time */
+    double outage_t0;               /* plat_now() of the failure that paused writes */
+    uint64_t outage_failed;         /* failed writes since then */
+    double ckpt_max_age;            /* kv_ssd_set_ckpt_max_age; 0 = none */
+    double next_sweep;              /* wall clock of the next expire_sweep; 0 = none due */
+    int q_files;                    /* files in DIR/quarantine/ */
     kv_ssd_stats st;
 };
-
-/* ---------------------------------------------------------------- format */
-
-void kv_ssd_header_write(uint8_t *b, const kv_ssd_header *h)
-{
-    memset(b, 0, KV_SSD_HEADER_BYTES);
-    memcpy(b, MAGIC, 8);
-    kiln_put_le32(b + 8, h->version);
-    kiln_put_le32(b + 12, (uint32_t)h->kind);
-    kiln_put_le64(b + 16, h->id.model_fp);
-    kiln_put_le64(b + 24, h->id.kv_format);
-    kiln_put_le64(b + 32, h->id.tok_fp);
-    kiln_put_le64(b + 40, h->id.adapter_ns);
-    kiln_put_le64(b + 48, h->key);
-    kiln_put_le32(b + 56, h->id.block_tokens);
-    kiln_put_le64(b + 64, h->payload_len);
-    kiln_put_le64(b + 72, XXH3_64bits(b, 72));
-}
-
-kiln_code kv_ssd_header_parse(const uint8_t *b, size_t n, kv_ssd_header *h, kiln_err *err)
-{
-    memset(h, 0, sizeof *h);
-    if (n < KV_SSD_HEADER_BYTES)
-        return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: %zu bytes is shorter than a header", n);
-    if (memcmp(b, MAGIC, 8) != 0) return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: bad magic");
-    if (kiln_get_le64(b + 72) != XXH3_64bits(b, 72))
-        return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: header checksum mismatch");
-    h->version = kiln_get_le32(b + 8);
-    if (h->version != KV_SSD_VERSION)
-        return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: format version %u, expected %u",
-                         h->version, KV_SSD_VERSION);
-    uint32_t kind = kiln_get_le32(b + 12);
-    if (kind > KV_SSD_CKPT) return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: kind %u", kind);
-    h->kind = (kv_ssd_kind)kind;
-    h->id.model_fp = kiln_get_le64(b + 16);
-    h->id.kv_format = kiln_get_le64(b + 24);
-    h->id.tok_fp = kiln_get_le64(b + 32);
-    h->id.adapter_ns = kiln_get_le64(b + 40);
-    h->key = kiln_get_le64(b + 48);
-    h->id.block_tokens = kiln_get_le32(b + 56);
-    h->payload_len = kiln_get_le64(b + 64);
-    if (h->payload_len > KV_SSD_MAX_PAYLOAD)
-        return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: payload of %" PRIu64 " bytes",
-                         h->payload_len);
-    return KILN_OK;
-}
-
-static int ident_eq(const kv_ssd_ident *a, const kv_ssd_ident *b)
-{
-    return a->model_fp == b->model_fp && a->kv_format == b->kv_format && a->tok_fp == b->tok_fp &&
-           a->adapter_ns == b->adapter_ns && a->block_tokens == b->block_tokens;
-}
-
-/* 1 when an entry was written by this model and tokenizer under another
- * setting (KV format, adapter set, block size): valid for a server started
- * with that setting, so the scan leaves it alone instead of quarantining it
- * (switching --kv-quant back and forth must not cost the cache). */
-static int ident_other_setting(const kv_ssd_ident *a, const kv_ssd_ident *b)
-{
-    return a->model_fp == b->model_fp && a->tok_fp == b->tok_fp && !ident_eq(a, b);
-}
-
-/* Header checks that need no payload: identity, kind, key, file length. */
-static kiln_code header_check(const kv_ssd_header *h, const kv_ssd_ident *id, kv_ssd_kind kind,
-                              uint64_t key, uint64_t file_len, kiln_err *err)
-{
-    if (!ident_eq(&h->id, id))
-        return kiln_fail(err, KILN_E_CORRUPT,
-                         "ssd entry: written for another model, tokenizer, adapter or KV format");
-    if (h->kind != kind || h->key != key)
-        return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: its key does not match its name");
-    if (file_len != KV_SSD_HEADER_BYTES + h->payload_len + KV_SSD_TRAILER_BYTES)
-        return kiln_fail(err, KILN_E_CORRUPT,
-                         "ssd entry: %" PRIu64 " bytes, header says %" PRIu64 " + framing",
-                         file_len, h->payload_len);
-    return KILN_OK;
-}
-
-kiln_code kv_ssd_entry_check(const uint8_t *buf, size_t n, const kv_ssd_ident *id, kv_ssd_kind kind,
-                             uint64_t key, const uint8_t **payload, size_t *payload_len,
-                             kiln_err *err)
-{
-    kv_ssd_header h;
-    kiln_code rc = kv_ssd_header_parse(buf, n, &h, err);
-    if (rc) return rc;
-    if ((rc = header_check(&h, id, kind, key, n, err))) return rc;
-    size_t body = KV_SSD_HEADER_BYTES + (size_t)h.payload_len;
-    if (kiln_get_le64(buf + body) != XXH3_64bits(buf, body))
-        return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: payload checksum mismatch");
-    *payload = buf + KV_SSD_HEADER_BYTES;
-    *payload_len = (size_t)h.payload_len;
-    return KILN_OK;
-}
-
-/* ---------------------------------------------------------------- paths */
-
-static void entry_name(char *out, size_t n, kv_ssd_kind kind, uint64_t key)
-{
-    snprintf(out, n, "%s%016" PRIx64 ".kv", kind == KV_SSD_CKPT ? "ck-" : "", key);
-}
-
-/* Parses "<16 hex>.kv" or "ck-<16 hex>.kv" (the prefix is not a hex digit, so
- * the two never mix). Returns 0 on a match. */
-static int parse_name(const char *name, kv_ssd_kind *kind, uint64_t *key)
-{
-    const char *p = name;
-    *kind = KV_SSD_BLOCK;
-    if (!strncmp(p, "ck-", 3)) {
-        *kind = KV_SSD_CKPT;
-        p += 3;
-    }
-    uint64_t v = 0;
-    for (int i = 0; i < 16; i++, p++) {
-        int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : -1;
-        if (d < 0) return -1;
-        v = v << 4 | (uint64_t)d;
-    }
-    if (strcmp(p, ".kv") != 0) return -1;
-    *key = v;
-    return 0;
-}
-
-static void path_of(const kv_ssd *s, char *out, size_t n, kv_ssd_kind kind, uint64_t key)
-{
-    char name[40];
-    entry_name(name, sizeof name, kind, key);
-    snprintf(out, n, "%s/%s", s->dir, name);
-}
 
 static double wall_now(void)
 {
@@ -394,9 +279,9 @@ static void ondisk_remove(kv_ssd *s, int32_t e, int unlink_file)
 {
     entry *m = &s->ent[e];
     if (unlink_file) {
-        char path[4200];
-        path_of(s, path, sizeof path, (kv_ssd_kind)m->kind, m->key);
-        unlink(path);
+        char name[KV_SSD_NAME_MAX];
+        kvs_entry_name(name, sizeof name, (kv_ssd_kind)m->kind, m->key);
+        (void)unlinkat(s->dfd, name, 0);
     }
     lru_unlink(s, e);
     s->st.entries--;
@@ -414,15 +299,17 @@ static void evict_over_cap(kv_ssd *s)
     }
 }
 
-/* Moves a bad file to DIR/quarantine/ (or deletes it when that fails). */
+/* Moves a bad file to DIR/quarantine/ (deletes it when that holds
+ * QUARANTINE_KEEP files already, or cannot be used). Logs the first few. */
 static void quarantine_file(kv_ssd *s, const char *name, const char *why)
 {
-    char from[4200], to[4400];
-    snprintf(from, sizeof from, "%s/%s", s->dir, name);
-    snprintf(to, sizeof to, "%s/%s", s->qdir, name);
-    if (rename(from, to) != 0) unlink(from);
+    int moved = kvf_quarantine(s->dfd, s->q_files < QUARANTINE_KEEP ? s->qdfd : -1, name);
+    s->q_files += moved;
     s->st.quarantined++;
-    KLOG_WARN("ssd", "quarantined entry=%s reason=\"%s\"", name, why);
+    if (s->st.quarantined <= 8)
+        KLOG_WARN("ssd", "quarantined entry=%s %s reason=\"%s\"%s", name,
+                  moved ? "moved_to=quarantine/" : "deleted=1", why,
+                  s->st.quarantined == 8 ? " (further ones are only counted in /stats)" : "");
 }
 
 /* ---------------------------------------------------------------- queue */
@@ -441,13 +328,31 @@ static void queue_unlink(kv_ssd *s, item *it)
     s->st.pending_bytes -= it->bytes;
 }
 
-/* Drops a queued item and its index entry (under mu, not in flight). */
-static void queue_drop(kv_ssd *s, item *it)
+/* Drops a queued item (under mu, not in flight). Its index entry goes too,
+ * unless an older version's file is still under the name (a replaced
+ * checkpoint, shadow_bytes): then that version is indexed again (forget == 0:
+ * a full queue, a failed write) or its file removed (forget == 1: kv_ssd_remove,
+ * expiry). */
+static void queue_drop(kv_ssd *s, item *it, int forget)
 {
+    int32_t e = it->entry;
+    entry *m = &s->ent[e];
     queue_unlink(s, it);
-    entry_free(s, it->entry);
     free(it->buf);
     free(it);
+    m->q = NULL;
+    uint64_t shadow = m->shadow_bytes;
+    m->shadow_bytes = 0;
+    if (shadow && !forget) {
+        ondisk_add(s, e, shadow, m->shadow_mtime);
+        return;
+    }
+    if (shadow) {
+        char name[KV_SSD_NAME_MAX];
+        kvs_entry_name(name, sizeof name, (kv_ssd_kind)m->kind, m->key);
+        (void)unlinkat(s->dfd, name, 0);
+    }
+    entry_free(s, e);
 }
 
 /* Bytes of the queue that items of `kind` may use. */
@@ -469,7 +374,7 @@ static int queue_make_room(kv_ssd *s, int kind, uint64_t need)
             if (it->in_flight) continue;
             /* pass 0: only blocks go (checkpoints are worth more) */
             if (pass == 0 && s->ent[it->entry].kind == KV_SSD_CKPT && kind != KV_SSD_CKPT) continue;
-            queue_drop(s, it);
+            queue_drop(s, it, 0);
             s->st.dropped++;
         }
     }
@@ -478,67 +383,153 @@ static int queue_make_room(kv_ssd *s, int kind, uint64_t need)
 
 /* ---------------------------------------------------------------- writer */
 
-static int write_all(int fd, const uint8_t *p, size_t n)
+/* Under mu: a write failed with errno e. Writes pause for cfg.retry_s (puts
+ * are refused, what is queued is dropped: it would only fail too); the first
+ * failure of an outage logs one WARN line, later ones are counted. */
+static void pause_writes(kv_ssd *s, int e)
 {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* Writes one entry atomically. Returns 0, or an errno. */
-static int write_entry(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const uint8_t *buf, size_t n)
-{
-    char name[40], tmp[4200], path[4200];
-    entry_name(name, sizeof name, kind, key);
-    snprintf(tmp, sizeof tmp, "%s/.tmp-%s", s->dir, name);
-    snprintf(path, sizeof path, "%s/%s", s->dir, name);
-    int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0) return errno ? errno : EIO;
-    int e = 0;
-    if (write_all(fd, buf, n) != 0 || fsync(fd) != 0) e = errno ? errno : EIO;
-    if (close(fd) != 0 && !e) e = errno ? errno : EIO;
-    if (!e && rename(tmp, path) != 0) e = errno ? errno : EIO;
-    if (e) {
-        unlink(tmp);
-        return e;
-    }
-    if (fsync_dir(s->dir) != 0) return errno ? errno : EIO;
-    return 0;
-}
-
-static void degrade(kv_ssd *s, int e)
-{
+    double now = plat_now();
     s->st.failed++;
-    s->st.degraded = 1;
-    if (!s->warned) {
-        s->warned = 1;
+    s->outage_failed++;
+    if (!s->st.degraded) {
+        s->st.degraded = 1;
+        s->outage_t0 = now;
+        s->outage_failed = 1;
         KLOG_WARN("ssd",
-                  "write failed (%s): the SSD cache stops persisting; entries already "
-                  "on disk are still served",
-                  strerror(e));
+                  "write failed (%s): the SSD cache stops writing and retries every %.1f s; "
+                  "entries on disk are still served",
+                  e == ENOSPC ? "no space left, or under the free-space reserve" : strerror(e),
+                  s->cfg.retry_s);
     }
+    s->retry_at = now + s->cfg.retry_s;
     for (item *it = s->q_head, *nx; it; it = nx) {
         nx = it->next;
         if (!it->in_flight) {
-            queue_drop(s, it);
+            queue_drop(s, it, 0);
             s->st.dropped++;
         }
+    }
+}
+
+/* Under mu: a write succeeded; ends an outage. */
+static void writes_ok(kv_ssd *s)
+{
+    s->writes_ok++;
+    s->st.written++;
+    if (s->st.degraded) {
+        s->st.degraded = 0;
+        s->st.resumed++;
+        /* at the level of the failure's line, so that whoever saw one sees the other */
+        KLOG_WARN("ssd", "writes resumed after=%.1fs failed_writes=%" PRIu64,
+                  plat_now() - s->outage_t0, s->outage_failed);
+    }
+}
+
+/* Under mu: 1 while puts are refused (PAUSED). */
+static int writes_paused(const kv_ssd *s)
+{
+    return s->st.degraded && plat_now() < s->retry_at;
+}
+
+/* Under mu: removes checkpoints past their expire_at or older than
+ * ckpt_max_age, and plans the next sweep (next_sweep). */
+static void expire_sweep(kv_ssd *s, double now)
+{
+    double every = s->ckpt_max_age / 2 < SWEEP_EVERY_S ? s->ckpt_max_age / 2 : SWEEP_EVERY_S;
+    double next = s->ckpt_max_age > 0 ? now + every : 0;
+    for (int32_t e = 0; e < s->n_ent_cap; e++) {
+        entry *m = &s->ent[e];
+        if (m->kind != KV_SSD_CKPT || (m->state != ST_ONDISK && m->state != ST_QUEUED)) continue;
+        int due = (m->expire_at > 0 && now >= m->expire_at) ||
+                  (s->ckpt_max_age > 0 && m->state == ST_ONDISK && now - m->mtime > s->ckpt_max_age);
+        if (!due) {
+            if (m->expire_at > 0 && (next == 0 || m->expire_at < next)) next = m->expire_at;
+            continue;
+        }
+        if (m->state == ST_ONDISK)
+            ondisk_remove(s, e, 1);
+        else if (!m->q->in_flight)
+            queue_drop(s, m->q, 1);
+        else {
+            m->doomed = 1; /* the writer unlinks it once written */
+            continue;
+        }
+        s->st.expired++;
+    }
+    s->next_sweep = next;
+}
+
+/* Under mu: sleeps until there is work, or until the next sweep is due. */
+static void writer_wait(kv_ssd *s)
+{
+    if (s->next_sweep <= 0) {
+        pthread_cond_wait(&s->cv, &s->mu);
+        return;
+    }
+    double in = s->next_sweep - wall_now();
+    if (in <= 0) return;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    time_t whole = (time_t)in;
+    long frac = (long)((in - (double)whole) * 1e9);
+    dl.tv_sec += whole;
+    dl.tv_nsec += frac;
+    if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+}
+
+/* Under mu: the test hooks (cfg.fail_after, cfg.fail_file): 1 when this write fails. */
+static int hook_fails(const kv_ssd *s)
+{
+    if (s->fail_file && access(s->fail_file, F_OK) == 0) return 1;
+    return s->cfg.fail_after >= 0 && s->writes_ok >= s->cfg.fail_after;
+}
+
+/* Under mu: the bookkeeping after item `it` was written (e == 0) or not. */
+static void write_done(kv_ssd *s, item *it, int e, size_t file_bytes)
+{
+    queue_unlink(s, it);
+    entry *m = &s->ent[it->entry];
+    if (e) {
+        uint64_t shadow = m->shadow_bytes; /* the older checkpoint is still under the name */
+        m->shadow_bytes = 0;
+        m->q = NULL;
+        if (shadow && !m->doomed && !m->next) {
+            ondisk_add(s, it->entry, shadow, m->shadow_mtime);
+        } else {
+            if (shadow && m->doomed) { /* removed meanwhile: the older file goes too */
+                char name[KV_SSD_NAME_MAX];
+                kvs_entry_name(name, sizeof name, (kv_ssd_kind)m->kind, m->key);
+                (void)unlinkat(s->dfd, name, 0);
+            }
+            entry_free(s, it->entry);
+        }
+        pause_writes(s, e);
+        return;
+    }
+    m->shadow_bytes = 0; /* the rename replaced it */
+    writes_ok(s);
+    if (m->doomed) { /* kv_ssd_remove or expiry came while it was written */
+        char name[KV_SSD_NAME_MAX];
+        kvs_entry_name(name, sizeof name, (kv_ssd_kind)m->kind, m->key);
+        (void)unlinkat(s->dfd, name, 0);
+        entry_free(s, it->entry);
+    } else if (m->next) { /* a newer version came while this one was written: queue it */
+        item *nx = m->next;
+        m->next = NULL;
+        m->q = nx;
+        m->shadow_bytes = file_bytes; /* what was just written is under the name until then */
+        m->shadow_mtime = wall_now();
+        nx->prev = s->q_tail;
+        if (s->q_tail)
+            s->q_tail->next = nx;
+        else
+            s->q_head = nx;
+        s->q_tail = nx;
+    } else {
+        ondisk_add(s, it->entry, file_bytes, wall_now());
+        m->q = NULL;
+        evict_over_cap(s);
     }
 }
 
@@ -547,19 +538,21 @@ static void *writer_main(void *arg)
     kv_ssd *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        if (s->next_sweep > 0 && wall_now() >= s->next_sweep) expire_sweep(s, wall_now());
         item *it = s->paused ? NULL : s->q_head;
         while (it && (it->in_flight || (it->background && s->busy)))
             it = it->next;
         if (!it) {
             if (s->stopping) break;
-            pthread_cond_wait(&s->cv, &s->mu);
+            writer_wait(s);
             continue;
         }
         it->in_flight = 1;
         entry *m = &s->ent[it->entry];
         kv_ssd_kind kind = (kv_ssd_kind)m->kind;
         uint64_t key = m->key;
-        int fail = s->cfg.fail_after >= 0 && s->writes_ok >= s->cfg.fail_after;
+        int fail = hook_fails(s);
+        uint64_t min_free = s->min_free;
         pthread_mutex_unlock(&s->mu);
         /* the checksum and the I/O run unlocked: the item is ours while in flight */
         kv_ssd_header h = {.version = KV_SSD_VERSION,
@@ -570,37 +563,13 @@ static void *writer_main(void *arg)
         kv_ssd_header_write(it->buf, &h);
         size_t body = KV_SSD_HEADER_BYTES + it->bytes;
         kiln_put_le64(it->buf + body, XXH3_64bits(it->buf, body));
-        int e = fail ? ENOSPC : write_entry(s, kind, key, it->buf, body + KV_SSD_TRAILER_BYTES);
+        char name[KV_SSD_NAME_MAX];
+        kvs_entry_name(name, sizeof name, kind, key);
+        int e = fail ? ENOSPC
+                     : kvf_write_atomic(s->dfd, name, it->buf, body + KV_SSD_TRAILER_BYTES,
+                                        min_free);
         pthread_mutex_lock(&s->mu);
-        queue_unlink(s, it);
-        if (e) {
-            entry_free(s, it->entry);
-            degrade(s, e);
-        } else {
-            s->writes_ok++;
-            s->st.written++;
-            entry *m2 = &s->ent[it->entry];
-            if (m2->doomed) { /* kv_ssd_remove came while it was written */
-                char path[4200];
-                path_of(s, path, sizeof path, (kv_ssd_kind)m2->kind, m2->key);
-                unlink(path);
-                entry_free(s, it->entry);
-            } else if (m2->next) { /* a newer version came while this one was written: queue it */
-                item *nx = m2->next;
-                m2->next = NULL;
-                m2->q = nx;
-                nx->prev = s->q_tail;
-                if (s->q_tail)
-                    s->q_tail->next = nx;
-                else
-                    s->q_head = nx;
-                s->q_tail = nx;
-            } else {
-                ondisk_add(s, it->entry, body + KV_SSD_TRAILER_BYTES, wall_now());
-                m2->q = NULL;
-                evict_over_cap(s);
-            }
-        }
+        write_done(s, it, e, body + KV_SSD_TRAILER_BYTES);
         free(it->buf);
         free(it);
         pthread_cond_broadcast(&s->drained);
@@ -613,7 +582,7 @@ static void *writer_main(void *arg)
 
 kv_ssd_config kv_ssd_config_default(void)
 {
-    kv_ssd_config c = {.queue_bytes = (uint64_t)2 << 30, .fail_after = -1};
+    kv_ssd_config c = {.queue_bytes = (uint64_t)2 << 30, .fail_after = -1, .retry_s = 5.0};
     return c;
 }
 
@@ -628,83 +597,125 @@ static int by_mtime(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Checks one file's header and length; KILN_OK when it may be indexed.
+/* Checks one regular file's header and length; KILN_OK when it may be indexed.
  * *other is set to 1 (with KILN_E_NOT_FOUND) for a sound entry of this model
- * written under another setting: it is skipped, neither indexed nor moved. */
+ * written under another setting: it is skipped, neither indexed nor moved.
+ * *strange is set to 1 (KILN_E_UNSUPPORTED) when the name turned out not to be
+ * a regular file of ours once opened (swapped since kvf_classify). */
 static kiln_code scan_one(kv_ssd *s, const char *name, kv_ssd_kind kind, uint64_t key,
-                          uint64_t *size, double *mtime, int *other, kiln_err *err)
+                          uint64_t *size, double *mtime, int *other, int *strange, kiln_err *err)
 {
-    *other = 0;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", s->dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kiln_fail(err, KILN_E_IO, "cannot open: %s", strerror(errno));
-    uint8_t hb[KV_SSD_HEADER_BYTES];
+    *other = *strange = 0;
     struct stat sb;
+    kvf_kind k;
+    int fd = kvf_open_read(s->dfd, name, &sb, &k);
+    if (fd < 0) {
+        *strange = k != KVF_MISSING;
+        return kiln_fail(err, k == KVF_MISSING ? KILN_E_NOT_FOUND : KILN_E_UNSUPPORTED,
+                         "not a regular file of ours");
+    }
+    uint8_t hb[KV_SSD_HEADER_BYTES];
     ssize_t r = pread(fd, hb, sizeof hb, 0);
-    int st_ok = fstat(fd, &sb) == 0;
     close(fd);
-    if (!st_ok) return kiln_fail(err, KILN_E_IO, "cannot stat");
     kv_ssd_header h;
     kiln_code rc = kv_ssd_header_parse(hb, r < 0 ? 0 : (size_t)r, &h, err);
     if (rc) return rc;
     /* framing first, against the entry's own identity: a truncated or
      * misnamed entry is corrupt whatever setting wrote it */
-    if ((rc = header_check(&h, &h.id, kind, key, (uint64_t)sb.st_size, err))) return rc;
-    if (ident_other_setting(&h.id, &s->cfg.id)) {
+    if ((rc = kvs_header_check(&h, &h.id, kind, key, (uint64_t)sb.st_size, err))) return rc;
+    if (kvs_ident_other_setting(&h.id, &s->cfg.id)) {
         *other = 1;
         *size = (uint64_t)sb.st_size;
         return kiln_fail(err, KILN_E_NOT_FOUND,
                          "ssd entry: another KV format, adapter or block size");
     }
-    if ((rc = header_check(&h, &s->cfg.id, kind, key, (uint64_t)sb.st_size, err))) return rc;
+    if ((rc = kvs_header_check(&h, &s->cfg.id, kind, key, (uint64_t)sb.st_size, err))) return rc;
     *size = (uint64_t)sb.st_size;
     *mtime = (double)sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9;
     return KILN_OK;
 }
 
+/* A name of the entry pattern that is no regular file of ours: counted,
+ * never opened again, never moved; the scan logs the first one. */
+static void strange_entry(kv_ssd *s, const char *name, char *first, size_t first_n)
+{
+    if (!s->st.strange++) snprintf(first, first_n, "%s", name);
+}
+
+/* One name of the directory: indexed (row added), skipped, or quarantined. */
+static kiln_code scan_name(kv_ssd *s, const char *nm, int d_type, scan_row **rows, size_t *n,
+                           size_t *cap, char *first_strange, size_t fs_n, kiln_err *err)
+{
+    if (!strncmp(nm, ".tmp-", 5)) { /* a write a crash interrupted: never renamed */
+        (void)unlinkat(s->dfd, nm, 0);
+        return KILN_OK;
+    }
+    kv_ssd_kind kind;
+    uint64_t key, size = 0;
+    double mtime = 0;
+    if (kvs_parse_name(nm, &kind, &key) != 0) return KILN_OK; /* lock, quarantine/, others */
+    /* FIFOs, devices, sockets, links: never opened (readdir's type when the
+     * file system gives one, saving a syscall per entry; else fstatat) */
+    struct stat sb;
+    kvf_kind k = d_type == DT_REG ? KVF_REGULAR
+                 : d_type != DT_UNKNOWN ? KVF_STRANGE
+                                        : kvf_classify(s->dfd, nm, &sb);
+    if (k == KVF_MISSING) return KILN_OK;
+    if (k != KVF_REGULAR) {
+        strange_entry(s, nm, first_strange, fs_n);
+        return KILN_OK;
+    }
+    kiln_err why;
+    int other, strange;
+    if (scan_one(s, nm, kind, key, &size, &mtime, &other, &strange, &why) != KILN_OK) {
+        if (other) { /* this model under another setting: not ours to serve or move */
+            s->st.skipped++;
+            s->st.skipped_bytes += size;
+        } else if (strange) {
+            strange_entry(s, nm, first_strange, fs_n);
+        } else if (why.code != KILN_E_NOT_FOUND) {
+            quarantine_file(s, nm, why.msg);
+        }
+        return KILN_OK;
+    }
+    if (map_find(s, kind, key) >= 0) return KILN_OK;
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 1024;
+        scan_row *nr = realloc(*rows, nc * sizeof *nr);
+        if (!nr) return kiln_fail(err, KILN_E_NOMEM, "ssd cache: out of memory indexing %s", s->dir);
+        *rows = nr;
+        *cap = nc;
+    }
+    int32_t e = entry_new(s, kind, key);
+    if (e < 0) return kiln_fail(err, KILN_E_NOMEM, "ssd cache: out of memory indexing %s", s->dir);
+    s->ent[e].file_bytes = size;
+    (*rows)[(*n)++] = (scan_row){e, mtime};
+    return KILN_OK;
+}
+
 static kiln_code scan_dir(kv_ssd *s, kiln_err *err)
 {
-    DIR *d = opendir(s->dir);
-    if (!d) return kiln_fail(err, KILN_E_IO, "--ssd-cache %s: %s", s->dir, strerror(errno));
+    int dup_fd = fcntl(s->dfd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0) close(dup_fd);
+        return kiln_fail(err, KILN_E_IO, "--ssd-cache %s: %s", s->dir, strerror(errno));
+    }
     scan_row *rows = NULL;
     size_t n = 0, cap = 0;
     struct dirent *de;
     kiln_code rc = KILN_OK;
-    while ((de = readdir(d))) {
-        const char *nm = de->d_name;
-        if (!strncmp(nm, ".tmp-", 5)) { /* a write a crash interrupted: never renamed */
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%s", s->dir, nm);
-            unlink(p);
-            continue;
-        }
-        kv_ssd_kind kind;
-        uint64_t key, size = 0;
-        double mtime = 0;
-        if (parse_name(nm, &kind, &key) != 0) continue; /* lock, quarantine/, foreign files */
-        kiln_err why;
-        int other;
-        if (scan_one(s, nm, kind, key, &size, &mtime, &other, &why) != KILN_OK) {
-            if (other) { /* this model under another setting: not ours to serve or move */
-                s->st.skipped++;
-                s->st.skipped_bytes += size;
-            } else {
-                quarantine_file(s, nm, why.msg);
-            }
-            continue;
-        }
-        if (map_find(s, kind, key) >= 0) continue;
-        int32_t e = entry_new(s, kind, key);
-        if (e < 0 ||
-            (n == cap && !(rows = realloc(rows, (cap = cap ? cap * 2 : 1024) * sizeof *rows)))) {
-            rc = kiln_fail(err, KILN_E_NOMEM, "ssd cache: out of memory indexing %s", s->dir);
-            break;
-        }
-        s->ent[e].file_bytes = size;
-        rows[n++] = (scan_row){e, mtime};
-    }
+    char first_strange[256] = "";
+    while (!rc && (de = readdir(d)))
+        rc = scan_name(s, de->d_name, de->d_type, &rows, &n, &cap, first_strange,
+                       sizeof first_strange, err);
     closedir(d);
+    if (s->st.strange)
+        KLOG_WARN("ssd",
+                  "skipped %" PRIu64 " name(s) that are no regular file of ours (FIFO, device, "
+                  "socket, symlink, directory or another user's), e.g. %s/%s: never opened, "
+                  "never served, left in place",
+                  s->st.strange, s->dir, first_strange);
     if (rc == KILN_OK) {
         if (n) qsort(rows, n, sizeof *rows, by_mtime); /* least recently used first */
         for (size_t i = 0; i < n; i++)
@@ -717,11 +728,16 @@ static kiln_code scan_dir(kv_ssd *s, kiln_err *err)
 
 static kiln_code take_lock(kv_ssd *s, kiln_err *err)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/lock", s->dir);
-    s->lock_fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
-    if (s->lock_fd < 0)
-        return kiln_fail(err, KILN_E_IO, "--ssd-cache %s: %s", path, strerror(errno));
+    s->lock_fd = openat(s->dfd, "lock", O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                        0600);
+    struct stat sb;
+    if (s->lock_fd < 0 || fstat(s->lock_fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int e = s->lock_fd < 0 ? errno : 0;
+        if (s->lock_fd >= 0) close(s->lock_fd);
+        s->lock_fd = -1;
+        return kiln_fail(err, KILN_E_IO, "--ssd-cache %s/lock: %s", s->dir,
+                         e ? strerror(e) : "not a regular file");
+    }
     if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         char pid[32] = "?";
         ssize_t r = pread(s->lock_fd, pid, sizeof pid - 1, 0);
@@ -742,6 +758,46 @@ static kiln_code take_lock(kv_ssd *s, kiln_err *err)
     return KILN_OK;
 }
 
+/* DIR/quarantine/: a real directory of ours, or none (bad entries are then deleted). */
+static void open_quarantine(kv_ssd *s)
+{
+    if (mkdirat(s->dfd, "quarantine", 0700) != 0 && errno != EEXIST) return;
+    s->qdfd = openat(s->dfd, "quarantine", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (s->qdfd < 0) {
+        KLOG_WARN("ssd", "%s/quarantine is not a directory of ours: bad entries will be deleted",
+                  s->dir);
+        return;
+    }
+    int dup_fd = fcntl(s->qdfd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0) close(dup_fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.') s->q_files++;
+    closedir(d);
+}
+
+/* The directory: created if missing, opened once; everything else is relative to it. */
+static kiln_code open_dir(kv_ssd *s, kiln_err *err)
+{
+    if (mkdir(s->dir, 0700) != 0 && errno != EEXIST)
+        return kiln_fail(err, KILN_E_IO, "--ssd-cache %s: cannot create it: %s", s->dir,
+                         strerror(errno));
+    s->dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (s->dfd < 0)
+        return kiln_fail(err, KILN_E_IO, "--ssd-cache %s: not a directory we can use: %s", s->dir,
+                         strerror(errno));
+    /* the reserve: 2% of the file system, at most 1 GiB, unless configured */
+    uint64_t fs = kvf_fs_size(s->dfd);
+    s->min_free = s->cfg.min_free_bytes ? s->cfg.min_free_bytes
+                  : fs / 50 < MIN_FREE_CAP ? fs / 50
+                                           : MIN_FREE_CAP;
+    return KILN_OK;
+}
+
 kiln_code kv_ssd_open(const kv_ssd_config *cfg, kv_ssd **out, kiln_err *err)
 {
     *out = NULL;
@@ -750,7 +806,8 @@ kiln_code kv_ssd_open(const kv_ssd_config *cfg, kv_ssd **out, kiln_err *err)
     kv_ssd *s = calloc(1, sizeof *s);
     if (!s) return kiln_fail(err, KILN_E_NOMEM, "ssd cache: out of memory");
     s->cfg = *cfg;
-    s->lock_fd = -1;
+    if (!(s->cfg.retry_s > 0)) s->cfg.retry_s = 5.0;
+    s->dfd = s->qdfd = s->lock_fd = -1;
     s->lru_head = s->lru_tail = -1;
     s->free_head = -1;
     pthread_mutex_init(&s->mu, NULL);
@@ -758,11 +815,12 @@ kiln_code kv_ssd_open(const kv_ssd_config *cfg, kv_ssd **out, kiln_err *err)
     pthread_cond_init(&s->drained, NULL);
     size_t dl = strlen(cfg->dir);
     s->dir = strdup(cfg->dir);
-    s->qdir = malloc(dl + 16);
+    s->fail_file = cfg->fail_file ? strdup(cfg->fail_file) : NULL;
+    s->cfg.fail_file = NULL; /* the copy above is what counts */
     s->map_cap = 1024;
     s->map = malloc(sizeof *s->map * (size_t)s->map_cap);
     kiln_code rc;
-    if (!s->dir || !s->qdir || !s->map) {
+    if (!s->dir || !s->map || (cfg->fail_file && !s->fail_file)) {
         rc = kiln_fail(err, KILN_E_NOMEM, "ssd cache: out of memory");
         goto fail;
     }
@@ -770,16 +828,9 @@ kiln_code kv_ssd_open(const kv_ssd_config *cfg, kv_ssd **out, kiln_err *err)
         s->map[i] = -1;
     while (dl > 1 && s->dir[dl - 1] == '/')
         s->dir[--dl] = 0;
-    snprintf(s->qdir, dl + 16, "%s/quarantine", s->dir);
-    if ((mkdir(s->dir, 0700) != 0 && errno != EEXIST) || !plat_is_dir(s->dir)) {
-        rc = kiln_fail(err, KILN_E_IO, "--ssd-cache %s: not a directory we can create", s->dir);
-        goto fail;
-    }
+    if ((rc = open_dir(s, err))) goto fail;
     if ((rc = take_lock(s, err))) goto fail;
-    if (mkdir(s->qdir, 0700) != 0 && errno != EEXIST) {
-        rc = kiln_fail(err, KILN_E_IO, "--ssd-cache %s: %s", s->qdir, strerror(errno));
-        goto fail;
-    }
+    open_quarantine(s);
     double t0 = plat_now();
     if ((rc = scan_dir(s, err))) goto fail;
     s->st.scan_s = plat_now() - t0;
@@ -790,9 +841,10 @@ kiln_code kv_ssd_open(const kv_ssd_config *cfg, kv_ssd **out, kiln_err *err)
     s->thread_started = 1;
     KLOG_INFO("ssd",
               "opened dir=%s entries=%" PRIu64 " bytes=%" PRIu64 " quarantined=%" PRIu64
-              " skipped=%" PRIu64 " scan_ms=%.1f cap_bytes=%" PRIu64,
+              " skipped=%" PRIu64 " strange=%" PRIu64 " scan_ms=%.1f cap_bytes=%" PRIu64
+              " min_free_bytes=%" PRIu64,
               s->dir, s->st.entries, s->st.bytes, s->st.quarantined, s->st.skipped,
-              s->st.scan_s * 1e3, cfg->max_bytes);
+              s->st.strange, s->st.scan_s * 1e3, cfg->max_bytes, s->min_free);
     *out = s;
     return KILN_OK;
 fail:
@@ -811,21 +863,28 @@ void kv_ssd_close(kv_ssd *s, double drain_s)
         pthread_mutex_lock(&s->mu);
         for (item *it = s->q_head, *nx; it; it = nx) { /* what did not make it in time */
             nx = it->next;
-            if (!it->in_flight) queue_drop(s, it);
+            if (!it->in_flight) queue_drop(s, it, 0);
         }
         s->stopping = 1;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
     }
+    for (int32_t e = 0; e < s->n_ent_cap; e++) /* newer checkpoint versions never queued */
+        if (s->ent[e].state != ST_FREE && s->ent[e].next) {
+            free(s->ent[e].next->buf);
+            free(s->ent[e].next);
+        }
     if (s->lock_fd >= 0) close(s->lock_fd); /* releases the flock */
+    if (s->qdfd >= 0) close(s->qdfd);
+    if (s->dfd >= 0) close(s->dfd);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->drained);
     free(s->ent);
     free(s->map);
     free(s->dir);
-    free(s->qdir);
+    free(s->fail_file);
     free(s);
 }
 
@@ -843,7 +902,7 @@ int kv_ssd_has(kv_ssd *s, kv_ssd_kind kind, uint64_t key)
 /* Under mu: keeps data as the version to write after the in-flight one of e. */
 static int stash_newer(kv_ssd *s, int32_t e, const void *data, size_t bytes)
 {
-    if (s->st.degraded) return -1;
+    if (writes_paused(s)) return -2;
     item *it = calloc(1, sizeof *it);
     uint8_t *buf = malloc(KV_SSD_HEADER_BYTES + bytes + KV_SSD_TRAILER_BYTES);
     if (!it || !buf) {
@@ -856,7 +915,8 @@ static int stash_newer(kv_ssd *s, int32_t e, const void *data, size_t bytes)
     it->buf = buf;
     it->bytes = bytes;
     it->entry = e;
-    s->ent[e].doomed = 0; /* a newer version outlives a removal */
+    s->ent[e].doomed = 0;    /* a newer version outlives a removal */
+    s->ent[e].expire_at = 0; /* and an expiry set on the old one */
     item *old = s->ent[e].next;
     if (old) { /* replaced before it was ever queued */
         s->st.pending_bytes -= old->bytes;
@@ -909,33 +969,48 @@ static int put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size
     pthread_mutex_lock(&s->mu);
     int r = 0;
     int32_t old = map_find(s, kind, key);
+    uint64_t shadow = 0; /* bytes of an older checkpoint file under the name */
+    double shadow_mtime = 0;
     if (old >= 0 && kind == KV_SSD_CKPT) { /* a newer checkpoint replaces the old one */
-        if (s->ent[old].state == ST_QUEUED && !s->ent[old].q->in_flight)
-            queue_drop(s, s->ent[old].q);
-        else if (s->ent[old].state == ST_ONDISK)
-            ondisk_remove(s, old, 0); /* rename overwrites */
-        else { /* being written right now: the newer version waits beside it */
+        if (s->ent[old].state == ST_QUEUED && !s->ent[old].q->in_flight) {
+            queue_drop(s, s->ent[old].q, 0); /* an older file, if any, is indexed again... */
+            old = map_find(s, kind, key);
+        }
+        if (old >= 0 && s->ent[old].state == ST_ONDISK) {
+            /* ...and stays until the rename replaces it: a crash meanwhile keeps it */
+            shadow = s->ent[old].file_bytes;
+            shadow_mtime = s->ent[old].mtime;
+            ondisk_remove(s, old, 0);
+        } else if (old >= 0) { /* being written right now: the newer version waits beside it */
             r = stash_newer(s, old, data, bytes);
             goto out;
         }
         old = -1;
     }
     if (old >= 0) goto out;
+    r = -2;
+    if (writes_paused(s)) goto out; /* after a failed write: until cfg.retry_s has passed */
     r = -1;
-    if (s->st.degraded) goto out;
-    if (queue_make_room(s, kind, bytes) != 0) {
-        s->st.dropped++;
-        goto out;
+    item *it = NULL;
+    uint8_t *buf = NULL;
+    int32_t e = -1;
+    if (queue_make_room(s, kind, bytes) == 0) {
+        it = calloc(1, sizeof *it);
+        buf = malloc(KV_SSD_HEADER_BYTES + bytes + KV_SSD_TRAILER_BYTES);
+        e = it && buf ? entry_new(s, kind, key) : -1;
     }
-    item *it = calloc(1, sizeof *it);
-    uint8_t *buf = malloc(KV_SSD_HEADER_BYTES + bytes + KV_SSD_TRAILER_BYTES);
-    int32_t e = it && buf ? entry_new(s, kind, key) : -1;
     if (e < 0) {
         free(it);
         free(buf);
         s->st.dropped++;
+        if (shadow) { /* the older checkpoint stays what is on disk */
+            int32_t back = entry_new(s, kind, key);
+            if (back >= 0) ondisk_add(s, back, shadow, shadow_mtime);
+        }
         goto out;
     }
+    s->ent[e].shadow_bytes = shadow;
+    s->ent[e].shadow_mtime = shadow_mtime;
     memcpy(buf + KV_SSD_HEADER_BYTES, data, bytes);
     it->buf = buf;
     it->bytes = bytes;
@@ -956,40 +1031,6 @@ static int put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size
 out:
     pthread_mutex_unlock(&s->mu);
     return r;
-}
-
-/* Reads a whole file; *out is new. */
-static kiln_code read_whole(const char *path, uint8_t **out, size_t *n, kiln_err *err)
-{
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kiln_fail(err, KILN_E_NOT_FOUND, "ssd entry gone");
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || sb.st_size < 0 ||
-        (uint64_t)sb.st_size > KV_SSD_MAX_PAYLOAD + KV_SSD_HEADER_BYTES + KV_SSD_TRAILER_BYTES) {
-        close(fd);
-        return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: unreadable size");
-    }
-    size_t len = (size_t)sb.st_size, got = 0;
-    uint8_t *b = malloc(len ? len : 1);
-    if (!b) {
-        close(fd);
-        return kiln_fail(err, KILN_E_NOMEM, "ssd entry: out of memory");
-    }
-    while (got < len) {
-        ssize_t r = pread(fd, b + got, len - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (got != len) {
-        free(b);
-        return kiln_fail(err, KILN_E_CORRUPT, "ssd entry: short read");
-    }
-    *out = b;
-    *n = len;
-    return KILN_OK;
 }
 
 /* The shared body of the gets: want == SIZE_MAX means "any size, allocate". */
@@ -1030,16 +1071,15 @@ static kiln_code get_impl(kv_ssd *s, kv_ssd_kind kind, uint64_t key, void *dst, 
     lru_unlink(s, e); /* a use: most recently used now */
     lru_push_tail(s, e);
     s->ent[e].mtime = wall_now();
-    char path[4200], name[40];
-    path_of(s, path, sizeof path, kind, key);
-    entry_name(name, sizeof name, kind, key);
+    char name[KV_SSD_NAME_MAX];
+    kvs_entry_name(name, sizeof name, kind, key);
     pthread_mutex_unlock(&s->mu);
 
     uint8_t *buf = NULL;
     size_t n = 0;
     const uint8_t *payload = NULL;
     size_t plen = 0;
-    kiln_code rc = read_whole(path, &buf, &n, err);
+    kiln_code rc = kvf_read_entry(s->dfd, name, &buf, &n, err);
     if (!rc) rc = kv_ssd_entry_check(buf, n, &s->cfg.id, kind, key, &payload, &plen, err);
     if (!rc && want != SIZE_MAX && plen != want)
         rc = kiln_fail(err, KILN_E_INVALID, "ssd entry: %zu payload bytes, the pool wants %zu",
@@ -1053,15 +1093,19 @@ static kiln_code get_impl(kv_ssd *s, kv_ssd_kind kind, uint64_t key, void *dst, 
         } else {
             memcpy(dst, payload, plen);
         }
-        utimensat(AT_FDCWD, path, NULL, 0); /* last use survives a restart (LRU order) */
+        kvf_touch(s->dfd, name); /* last use survives a restart (LRU order) */
     }
     free(buf);
     pthread_mutex_lock(&s->mu);
-    if (rc == KILN_E_CORRUPT || rc == KILN_E_NOT_FOUND) {
+    if (rc == KILN_E_CORRUPT || rc == KILN_E_NOT_FOUND || rc == KILN_E_UNSUPPORTED ||
+        rc == KILN_E_IO) {
         int32_t e2 = map_find(s, kind, key);
         if (e2 >= 0 && s->ent[e2].state == ST_ONDISK) {
+            /* forgotten in every case; only a corrupt file is moved aside: a
+             * strange one (no regular file of ours) or an unreadable one stays */
             ondisk_remove(s, e2, 0);
             if (rc == KILN_E_CORRUPT) quarantine_file(s, name, err ? err->msg : "corrupt");
+            if (rc == KILN_E_UNSUPPORTED) s->st.strange++;
         }
         rc = KILN_E_NOT_FOUND;
     }
@@ -1095,7 +1139,7 @@ void kv_ssd_remove(kv_ssd *s, kv_ssd_kind kind, uint64_t key)
         if (s->ent[e].state == ST_ONDISK)
             ondisk_remove(s, e, 1);
         else if (!s->ent[e].q->in_flight)
-            queue_drop(s, s->ent[e].q);
+            queue_drop(s, s->ent[e].q, 1);
         else
             s->ent[e].doomed = 1; /* in flight: the writer unlinks it once written */
     }
@@ -1111,7 +1155,7 @@ uint64_t kv_ssd_flush(kv_ssd *s, int timeout_ms, uint64_t *written_out)
     if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&s->mu);
     uint64_t w0 = s->st.written;
-    while (s->st.pending > 0 && !s->st.degraded)
+    while (s->st.pending > 0 && !writes_paused(s))
         if (pthread_cond_timedwait(&s->drained, &s->mu, &dl) == ETIMEDOUT) break;
     uint64_t left = s->st.pending;
     if (written_out) *written_out = s->st.written - w0;
@@ -1139,8 +1183,43 @@ int kv_ssd_expire(kv_ssd *s, kv_ssd_kind kind, double max_age_s)
             n++;
         }
     }
+    s->st.expired += (uint64_t)n;
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+int kv_ssd_set_ckpt_max_age(kv_ssd *s, double max_age_s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t before = s->st.expired;
+    s->ckpt_max_age = max_age_s > 0 ? max_age_s : 0;
+    expire_sweep(s, wall_now());
+    int n = (int)(s->st.expired - before);
+    pthread_cond_broadcast(&s->cv); /* the writer plans its next sweep */
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void kv_ssd_expire_in(kv_ssd *s, kv_ssd_kind kind, uint64_t key, double in_s)
+{
+    pthread_mutex_lock(&s->mu);
+    int32_t e = map_find(s, kind, key);
+    if (e >= 0) {
+        double at = wall_now() + (in_s > 0 ? in_s : 0);
+        s->ent[e].expire_at = at;
+        if (s->next_sweep <= 0 || at < s->next_sweep) s->next_sweep = at;
+        if (in_s <= 0) expire_sweep(s, wall_now());
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+double kv_ssd_paused_for(kv_ssd *s)
+{
+    pthread_mutex_lock(&s->mu);
+    double left = writes_paused(s) ? s->retry_at - plat_now() : 0;
+    pthread_mutex_unlock(&s->mu);
+    return left > 0 ? left : 0;
 }
 
 void kv_ssd_pause_writer(kv_ssd *s, int paused)

@@ -23,6 +23,16 @@
  * indexed, not moved, counted (skipped), so a server restarted with that
  * setting finds it again.
  *
+ *
+ * Only regular files of this user are ever opened, never through a symlink
+ * and never blocking (a FIFO, device, socket, symlink or directory named like
+ * an entry is skipped and counted in `strange`, kv_ssd_file.c). A failed write
+ * (a full disk, under the free-space reserve, EIO) pauses writing for
+ * retry_s: puts are refused, entries on disk are still served, and the first
+ * write that succeeds afterwards resumes it (degraded goes back to 0).
+ * Checkpoint entries expire (kv_ssd_set_ckpt_max_age, kv_ssd_expire_in) on
+ * the writer thread, so a long-running server removes them without a restart.
+ *
  * Threads: every function may be called from any thread (one mutex inside);
  * the writer thread does the file I/O of puts. kv_ssd_get reads the file on
  * the calling thread.
@@ -66,7 +76,11 @@ typedef struct {
     uint64_t max_bytes;   /* size cap on entries (bytes); 0 = none */
     uint64_t queue_bytes; /* write-queue cap (bytes; KILN_SSD_SPILL_QUEUE_GB) */
     int ckpt_reserve;     /* 1: half the queue is kept for checkpoints */
-    int64_t fail_after;   /* test hook: writes after this many fail like ENOSPC; < 0 off */
+    uint64_t min_free_bytes; /* keep this much of the file system free; 0 = 2% of it, <= 1 GiB */
+    double retry_s;          /* after a failed write, puts are refused this long (default 5) */
+    int64_t fail_after;      /* test hook: writes after this many fail like ENOSPC; < 0 off */
+    const char *fail_file;   /* test hook: while this file exists, writes fail like ENOSPC
+                                (BORROWED during kv_ssd_open); NULL off */
 } kv_ssd_config;
 
 typedef struct {
@@ -79,14 +93,18 @@ typedef struct {
     uint64_t skipped, skipped_bytes;   /* start-up: sound entries of this model under another
                                           setting (KV format, adapters, block size), left
                                           on disk untouched, not counted in entries/bytes */
-    int degraded;                      /* 1 after a write failure: no more persistence */
+    uint64_t strange;                  /* names of entries that are no regular file of ours
+                                          (FIFO, device, symlink, ...): never opened, left */
+    uint64_t expired;                  /* checkpoints removed by age or kv_ssd_expire_in */
+    uint64_t resumed;                  /* times writing resumed after failures */
+    int degraded;                      /* 1 from a write failure until a write succeeds */
     double scan_s;                     /* the start-up index scan */
 } kv_ssd_stats;
 
 typedef struct kv_ssd kv_ssd;
 
 /* API */
-kv_ssd_config kv_ssd_config_default(void); /* queue 2 GiB, no cap, no fault */
+kv_ssd_config kv_ssd_config_default(void); /* queue 2 GiB, no cap, retry 5 s, no fault */
 /* Locks DIR (DIR/lock: a second process gets KILN_E_BUSY naming the holder),
  * removes stale temp files, indexes entries from their headers (bad ones are
  * quarantined, other settings' skipped), enforces the cap and starts the writer. *out is new:
@@ -98,8 +116,9 @@ void kv_ssd_close(kv_ssd *s, double drain_s);
 /* 1 when the key is on disk or queued. */
 int kv_ssd_has(kv_ssd *s, kv_ssd_kind kind, uint64_t key);
 /* Copies bytes into the write queue. Returns 1 when queued, 0 when already
- * there, -1 when refused (degraded, or larger than the queue). A full queue
- * drops its oldest items not being written (counted in dropped). */
+ * there, -1 when refused (larger than the queue, out of memory), -2 when
+ * refused because writes are paused after a failure (kv_ssd_paused_for). A
+ * full queue drops its oldest items not being written (counted in dropped). */
 int kv_ssd_put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size_t bytes);
 /* kv_ssd_put for write-behind: the writer takes such an item only while the
  * engine is not busy (kv_ssd_set_busy), so persistence never competes with a
@@ -126,8 +145,17 @@ void kv_ssd_remove(kv_ssd *s, kv_ssd_kind kind, uint64_t key);
 uint64_t kv_ssd_flush(kv_ssd *s, int timeout_ms, uint64_t *written_out);
 kv_ssd_stats kv_ssd_get_stats(kv_ssd *s);
 uint64_t kv_ssd_queue_cap(const kv_ssd *s); /* bytes */
-/* Checkpoint entries older than max_age_s are removed; returns how many. */
+/* Entries of `kind` older than max_age_s (since written or last used) are removed now;
+ * returns how many. */
 int kv_ssd_expire(kv_ssd *s, kv_ssd_kind kind, double max_age_s);
+/* Checkpoints older than max_age_s are removed now and, from then on, by the
+ * writer thread about every minute (0 = never). Returns how many went now. */
+int kv_ssd_set_ckpt_max_age(kv_ssd *s, double max_age_s);
+/* The entry (queued or on disk) is removed in_s seconds from now (<= 0: now)
+ * unless a newer version is put before. Not kept across a restart (the max age is). */
+void kv_ssd_expire_in(kv_ssd *s, kv_ssd_kind kind, uint64_t key, double in_s);
+/* Seconds until puts are accepted again after a failed write; 0 = now. */
+double kv_ssd_paused_for(kv_ssd *s);
 /* Makes s the second tier of pool (kv_ssd_tier.c): spill-on-evict and RAM-miss
  * loads. s must outlive the pool's use; NULL detaches. */
 struct kv_pool;

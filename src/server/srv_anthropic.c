@@ -215,7 +215,7 @@ kiln_code srv_parse_anthropic_ex(const char *body, size_t len, bool count_only, 
     if (!rc && json_is_number(temp) && json_number_value(temp) > 1.0)
         rc = bad(err, param, "temperature", "must be between 0 and 1");
     json_decref(in);
-    char *text = rc ? NULL : json_dumps(oa, JSON_COMPACT);
+    char *text = rc ? NULL : srv_json_dump(oa, NULL);
     json_decref(oa);
     if (rc) return rc;
     if (!text) return kiln_fail(err, KILN_E_NOMEM, "out of memory");

@@ -17,6 +17,8 @@
  * Threads: a gen belongs to its connection's thread; s->mu guards s->active.
  */
 #include "server/srv_int.h"
+#include "server/srv_constraint.h"
+#include "util/kiln_json.h"
 #include "server/srv_reasoning.h"
 #include "server/srv_responses.h"
 #include "server/srv_reply.h"
@@ -61,9 +63,13 @@ struct srv_gen {
     int n_done;
     bool started, finished, think;
     srv_tc_family tc_family; /* SRV_TC_NONE: tool calls are not parsed */
+    gr_grammar *grammar;    /* OWNED: what the output must be (srv_constraint.c); NULL = free */
+    int32_t gtrig[SRV_MAX_TRIGGERS], n_gtrig; /* special tokens after which it starts */
     srv_resp *resp;         /* OWNED: the Responses API output (api SRV_API_RESPONSES) */
     bool registered;        /* on s->active */
     bool timed_out;         /* cfg.timeout_s passed: every choice was cancelled */
+    bool broken;            /* streaming: a frame could not be built (out of memory): the
+                               stream ends with an error frame instead of going on with a hole */
     double t_start, t_first, t_last;
     int64_t n_tokens;       /* tokens seen over all choices */
     srv_gen *prev, *next;   /* s->active, under s->mu */
@@ -104,38 +110,6 @@ static int dupf(char **out, const char *fmt, ...)
     return n;
 }
 
-/* What the model is made to write first when a call is required (the
- * family's opening markup) or named (up to the arguments). NULL: nothing. */
-static char *tool_prefill(srv_tc_family f, const srv_request *r)
-{
-    if (r->tool_choice != SRV_TOOLS_REQUIRED && r->tool_choice != SRV_TOOLS_NAMED) return NULL;
-    bool named = r->tool_choice == SRV_TOOLS_NAMED;
-    const char *nm = named ? r->tool_name : "";
-    char *out = NULL;
-    int rc = -1;
-    switch (f) {
-    case SRV_TC_HERMES:
-        rc = named ? dupf(&out, "<tool_call>\n{\"name\": \"%s\", \"arguments\": {", nm)
-                   : dupf(&out, "<tool_call>\n");
-        break;
-    case SRV_TC_QWEN3_CODER:
-        rc = named ? dupf(&out, "<tool_call>\n<function=%s>\n", nm) : dupf(&out, "<tool_call>\n");
-        break;
-    case SRV_TC_LLAMA3:
-        rc = named ? dupf(&out, "{\"name\": \"%s\", \"parameters\": {", nm) : dupf(&out, "{\"name\": \"");
-        break;
-    case SRV_TC_MISTRAL:
-        rc = named ? dupf(&out, "[TOOL_CALLS][{\"name\": \"%s\", \"arguments\": {", nm)
-                   : dupf(&out, "[TOOL_CALLS]");
-        break;
-    case SRV_TC_GEMMA:
-        rc = named ? dupf(&out, "<start_function_call>call:%s{", nm) : dupf(&out, "<start_function_call>call:");
-        break;
-    default: break;
-    }
-    return rc < 0 ? NULL : out;
-}
-
 /* Tool calls: which parser, one per choice, and a forced opening for
  * required/named tool_choice (the parser sees it as the model's own text). */
 static int setup_tools(srv_gen *g, srv_error *e)
@@ -148,7 +122,7 @@ static int setup_tools(srv_gen *g, srv_error *e)
                             "a tool-call format cannot carry", r->tool_name);
         return -1;
     }
-    r->prefill = tool_prefill(g->tc_family, r);
+    r->prefill = srv_tool_prefill(g->tc_family, r, g->s->tok);
     for (int i = 0; i < r->n; i++) {
         kiln_err err;
         if (srv_tc_create(g->tc_family, r->tools, &g->c[i].tc, &err)) {
@@ -160,6 +134,15 @@ static int setup_tools(srv_gen *g, srv_error *e)
         srv_buf_free(&sink);
     }
     return 0;
+}
+
+/* The grammar the output must follow (a format, forced or auto tool calls),
+ * knowing whether the model starts inside a think block or may open one. */
+static int build_grammar(srv_gen *g, bool think_open, bool think_maybe, srv_error *e)
+{
+    srv_cctx cx = {.family = g->tc_family, .think_open = think_open, .think_maybe = think_maybe,
+                   .tok = g->s->tok, .ws_max = g->s->cfg.grammar_ws};
+    return srv_constraint_build(&g->r, &cx, &g->grammar, g->gtrig, &g->n_gtrig, e);
 }
 
 /* Prompt ids for the request; the rendered chat text decides whether the
@@ -199,11 +182,16 @@ static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
             return -1;
         }
         g->think = tok_piece_to_id(s->tok, "<think>", 7) >= 0 || strstr(text, "<think>");
-        srv_think_init(&g->c[0].think, g->think, g->think && srv_think_prompt_open(text, strlen(text)));
+        bool open = g->think && srv_think_prompt_open(text, strlen(text));
+        srv_think_init(&g->c[0].think, g->think, open);
         for (int i = 1; i < r->n; i++) g->c[i].think = g->c[0].think;
         free(text);
+        if (build_grammar(g, open, g->think && !open, e)) return -1;
+        if (g->grammar) /* the grammar allows a think block only at the start */
+            for (int i = 0; i < r->n; i++) g->c[i].think.leading = true;
         return 0;
     }
+    if (build_grammar(g, false, false, e)) return -1;
     if (r->prompt_ids) {
         int32_t vocab = tok_vocab_size(s->tok);
         for (int32_t i = 0; i < r->n_prompt_ids; i++)
@@ -285,6 +273,9 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
     p.ignore_eos = r->ignore_eos;
     p.skip_special = r->skip_special && !srv_tc_needs_special(g->tc_family);
     p.want_logprobs = r->logprobs;
+    p.grammar = g->grammar;
+    p.grammar_triggers = g->gtrig;
+    p.n_grammar_triggers = g->n_gtrig;
     uint64_t base = r->set & SRV_SET_SEED ? r->sp.seed
                                          : mix64((uint64_t)time(NULL) ^ (atomic_fetch_add(&s->next_id, 1) << 20));
     for (int i = 0; i < r->n; i++) {
@@ -364,7 +355,12 @@ int srv_gen_start(srv_server *s, srv_request *r, srv_gen **out, srv_error *e)
         *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory");
         goto fail;
     }
+    uint64_t f0 = kiln_json_failures(); /* rendering may meet a failure jansson hides */
     if (build_prompt(g, &ids, &n, e)) goto fail;
+    if (kiln_json_failures() != f0) {
+        *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory rendering the prompt");
+        goto fail;
+    }
     g->n_prompt = n;
     if (n >= s->cfg.ctx) {
         context_error(s, n, g->r.api != SRV_API_COMPLETION ? "messages" : "prompt", e);
@@ -665,7 +661,7 @@ static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
     for (int i = 0; i < g->r.n; i++) {
         eng_event ev;
         while (!g->c[i].done && eng_handle_next(g->c[i].h, &ev, 0) == 0) {
-            choice_event(g, i, &ev, out);
+            if (choice_event(g, i, &ev, out)) g->broken = true;
             eng_event_clear(&ev);
             got++;
         }
@@ -676,7 +672,7 @@ static int pump(srv_gen *g, srv_buf *out, int timeout_ms)
         if (g->c[i].done) continue;
         eng_event ev;
         if (eng_handle_next(g->c[i].h, &ev, wait) == 0) {
-            choice_event(g, i, &ev, out);
+            if (choice_event(g, i, &ev, out)) g->broken = true;
             eng_event_clear(&ev);
             got++;
         }
@@ -742,7 +738,23 @@ static json_t *finish_responses(srv_gen *g, srv_buf *out)
 
 /* ---------------------------------------------------------------- API */
 
+static json_t *collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e);
+
+/* A reply built while an allocation failed (ours: g->broken; jansson's, which
+ * it may carry on after: kiln_json_failures) is never sent: 500 out of memory. */
 json_t *srv_gen_collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e)
+{
+    uint64_t f0 = kiln_json_failures();
+    json_t *r = collect(g, alive, ctx, e);
+    if (r && (g->broken || kiln_json_failures() != f0)) {
+        json_decref(r);
+        *e = srv_error_make(KILN_E_NOMEM, NULL, "out of memory building the response");
+        return NULL;
+    }
+    return r;
+}
+
+static json_t *collect(srv_gen *g, srv_alive_fn alive, void *ctx, srv_error *e)
 {
     while (g->n_done < g->r.n) {
         pump(g, NULL, 200);
@@ -851,14 +863,61 @@ static int stream_start(srv_gen *g, srv_buf *out)
     return rc;
 }
 
+/* A frame could not be built (out of memory): the client gets an error frame
+ * made of static text (nothing to allocate but the frame's bytes) and the
+ * end of the stream, never a reply with a hole; what still runs is cancelled. */
+static int stream_broken(srv_gen *g, srv_buf *out)
+{
+    static const char chat[] =
+        "data: {\"error\":{\"message\":\"out of memory while streaming the reply\","
+        "\"type\":\"server_error\",\"param\":null,\"code\":\"out_of_memory\"}}\n\n"
+        "data: [DONE]\n\n";
+    static const char anthropic[] =
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+        "\"message\":\"out of memory while streaming the reply\"}}\n\n";
+    static const char responses[] =
+        "event: error\ndata: {\"type\":\"error\",\"code\":\"out_of_memory\","
+        "\"message\":\"out of memory while streaming the reply\",\"param\":null}\n\n";
+    for (int i = 0; i < g->r.n; i++)
+        if (g->c[i].h && !g->c[i].done) eng_handle_cancel(g->c[i].h);
+    const char *f = g->r.api == SRV_API_ANTHROPIC   ? anthropic
+                    : g->r.api == SRV_API_RESPONSES ? responses
+                                                    : chat;
+    KLOG_WARN("srv", "req=%s out of memory while streaming: the stream ends with an error",
+              g->meta.id);
+    (void)srv_buf_adds(out, f); /* when even this fails, the connection just ends */
+    g->finished = true;
+    return 1;
+}
+
+static int stream(srv_gen *g, srv_buf *out, int timeout_ms);
+
+/* Frames built while jansson met a failed allocation are taken back (it may
+ * have carried on and left a member out): the stream ends with the error frame. */
 int srv_gen_stream(srv_gen *g, srv_buf *out, int timeout_ms)
+{
+    uint64_t f0 = kiln_json_failures();
+    size_t at = out->len;
+    int r = stream(g, out, timeout_ms);
+    if (kiln_json_failures() != f0) {
+        out->len = at;
+        if (out->p) out->p[at] = 0;
+        g->finished = false;
+        return stream_broken(g, out);
+    }
+    return r;
+}
+
+static int stream(srv_gen *g, srv_buf *out, int timeout_ms)
 {
     if (g->finished) return 1;
     if (!g->started) {
-        stream_start(g, out);
+        if (stream_start(g, out)) g->broken = true;
+        if (g->broken) return stream_broken(g, out);
         if (out->len) return 0;
     }
     pump(g, out, timeout_ms);
+    if (g->broken) return stream_broken(g, out);
     if (g->n_done < g->r.n) return 0;
     if (g->r.api == SRV_API_RESPONSES) {
         if (!g->c[0].errored) json_decref(finish_responses(g, out));
@@ -873,10 +932,11 @@ int srv_gen_stream(srv_gen *g, srv_buf *out, int timeout_ms)
     }
     if (g->r.include_usage) {
         json_t *u = srv_reply_usage_chunk(&g->meta, usage(g));
-        if (u) srv_sse_data(out, u);
+        int bad = !u || srv_sse_data(out, u);
         json_decref(u);
+        if (bad) return stream_broken(g, out);
     }
-    srv_sse_done(out);
+    if (srv_sse_done(out)) return stream_broken(g, out);
     g->finished = true;
     log_done(g);
     return 1;
@@ -899,6 +959,7 @@ void srv_gen_free(srv_gen *g)
         json_decref(c->logprobs);
     }
     free(g->c);
+    gr_grammar_release(g->grammar);
     srv_resp_free(g->resp);
     srv_request_free(&g->r);
     free(g);

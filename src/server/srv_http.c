@@ -781,6 +781,7 @@ srv_config srv_config_default(void)
         .max_queue = 64,
         .thinking = -1,
         .tool_parser = -1,
+        .grammar_ws = 20,
         .responses_ttl_s = 3600,
         .responses_store_bytes = (size_t)64 << 20,
         .defaults = {.temperature = 0.7f,

@@ -3,6 +3,7 @@
  * Threads: no shared state.
  */
 #include "server/srv_json.h"
+#include "util/kiln_json.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,10 +60,24 @@ json_t *srv_json_text(const char *s, size_t len)
     return j;
 }
 
+/* Two passes of json_dumpb instead of json_dumps: jansson's dump ignores a
+ * failed write of an object key into its growing buffer (dump.c, the unsorted
+ * object branch), so under memory pressure json_dumps can return JSON with a
+ * key missing. Writing into a buffer sized by a first pass never fails; the
+ * only allocations left (cycle detection) report their failure. */
 char *srv_json_dump(const json_t *j, size_t *len)
 {
-    char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (len) *len = s ? strlen(s) : 0;
+    const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY;
+    if (len) *len = 0;
+    size_t n = j ? json_dumpb(j, NULL, 0, flags) : 0;
+    char *s = n ? malloc(n + 1) : NULL;
+    if (!s) return NULL;
+    if (json_dumpb(j, s, n, flags) != n) {
+        free(s);
+        return NULL;
+    }
+    s[n] = 0;
+    if (len) *len = n;
     return s;
 }
 
@@ -81,7 +96,13 @@ size_t srv_utf8_valid_prefix(const char *s, size_t len)
 kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err)
 {
     json_error_t je;
+    uint64_t f0 = kiln_json_failures(); /* jansson may carry on after a failed allocation */
     *out = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (kiln_json_failures() != f0) {
+        json_decref(*out);
+        *out = NULL;
+        return kiln_fail(err, KILN_E_NOMEM, "out of memory reading the request");
+    }
     if (!*out)
         return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", je.line,
                          je.column, je.text);

@@ -181,7 +181,15 @@ int srv_metrics_render(srv_metrics *m, const eng_stats *st, double uptime_s, srv
         rc |= put_gauge(b, "kiln_ssd_cache_skipped",
                         "Entries of another KV format/adapter/block size left on disk.",
                         (double)d->skipped);
-        rc |= put_gauge(b, "kiln_ssd_cache_degraded", "1 after a write failure stopped persistence.", d->degraded);
+        rc |= put_gauge(b, "kiln_ssd_cache_strange",
+                        "Names of entries that are no regular file of ours, left alone.",
+                        (double)d->strange);
+        rc |= put_counter(b, "kiln_ssd_cache_expired_total", "Checkpoints expired.", d->expired);
+        rc |= put_counter(b, "kiln_ssd_cache_resumed_total",
+                          "Times writing resumed after failed writes.", d->resumed);
+        rc |= put_gauge(b, "kiln_ssd_cache_degraded",
+                        "1 from a failed write (a full disk) until a write succeeds again.",
+                        d->degraded);
     }
     return rc;
 }

@@ -8,8 +8,11 @@
  * Threads: no shared state; any HTTP thread.
  */
 #include "server/srv_openai.h"
+#include "server/srv_constraint.h"
+#include "util/kiln_json.h"
 #include "server/srv_toolreq.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,12 +181,18 @@ static kiln_code parse_messages(const json_t *root, srv_request *r, char *param,
         json_t *content = norm_content(json_object_get(msg, "content"), rs, param, err);
         if (!content) return err->code;
         json_t *copy = json_copy(msg); /* keeps tool_calls, name, tool_call_id, ... */
+        /* jansson's copy skips a key it cannot allocate: a short copy is out of memory */
+        if (copy && json_object_size(copy) != json_object_size(msg)) {
+            json_decref(copy);
+            copy = NULL;
+        }
         if (!copy || json_array_append_new(r->messages, copy)) {
             json_decref(content);
             return kiln_fail(err, KILN_E_NOMEM, "out of memory");
         }
-        json_object_set_new(copy, "content", content);
-        if (!strcmp(rs, "developer")) json_object_set_new(copy, "role", json_string("system"));
+        if (json_object_set_new(copy, "content", content) ||
+            (!strcmp(rs, "developer") && json_object_set_new(copy, "role", json_string("system"))))
+            return kiln_fail(err, KILN_E_NOMEM, "out of memory");
     }
     return srv_parse_tools(root, r, param, err);
 }
@@ -328,8 +337,11 @@ static kiln_code parse_sampling(const json_t *root, srv_request *r, char *param,
     } while (0)
     NUM("temperature", 0, 2, r->sp.temperature, SRV_SET_TEMPERATURE);
     NUM("top_p", 0, 1, r->sp.top_p, SRV_SET_TOP_P);
-    if ((r->set & SRV_SET_TOP_P) && r->sp.top_p <= 0)
+    if ((r->set & SRV_SET_TOP_P) && !(d > 0))
         return bad(err, param, "top_p", "'%s' must be in (0, 1]%s", "");
+    /* a valid top_p below float's range (1e-300) keeps the top token, as FLT_MIN does;
+     * temperature and min_p that small round to 0: greedy / off, their limits */
+    if ((r->set & SRV_SET_TOP_P) && r->sp.top_p < FLT_MIN) r->sp.top_p = FLT_MIN;
     NUM("min_p", 0, 1, r->sp.min_p, SRV_SET_MIN_P);
     NUM("repetition_penalty", 1e-3, 100, r->sp.repetition_penalty, SRV_SET_REP);
     NUM("presence_penalty", -2, 2, r->sp.presence_penalty, 0);
@@ -422,7 +434,12 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
     out->add_generation_prompt = true;
     out->parallel_tool_calls = true;
     json_error_t jerr;
+    uint64_t f0 = kiln_json_failures(); /* jansson may carry on after a failed allocation */
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (kiln_json_failures() != f0) {
+        json_decref(root);
+        return kiln_fail(err, KILN_E_NOMEM, "out of memory reading the request");
+    }
     if (!root)
         return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", jerr.line,
                          jerr.column, jerr.text);
@@ -437,7 +454,10 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
         goto done;
     if ((rc = parse_options(root, out, param, err))) goto done;
     if ((rc = parse_sampling(root, out, param, err))) goto done;
+    if ((rc = srv_parse_format(root, out, param, err))) goto done;
     rc = parse_thinking(root, out, param, err);
+    if (!rc && kiln_json_failures() != f0) /* a copy or a set that jansson let fail */
+        rc = kiln_fail(err, KILN_E_NOMEM, "out of memory reading the request");
 done:
     json_decref(root);
     if (rc) srv_request_free(out);
@@ -453,6 +473,8 @@ void srv_request_free(srv_request *r)
     free(r->prefill);
     free(r->previous_response_id);
     json_decref(r->template_kwargs);
+    json_decref(r->schema);
+    free(r->grammar);
     free(r->prompt);
     free(r->prompt_ids);
     free(r->bias);

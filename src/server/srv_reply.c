@@ -34,11 +34,16 @@ json_t *srv_reply_chunk(const srv_reply_meta *m, int index, json_t *delta, const
                         json_t *logprobs)
 {
     int chat = m->api == SRV_API_CHAT;
+    if (!delta) { /* it could not be built (out of memory): no chunk, never an empty one */
+        json_decref(logprobs);
+        return NULL;
+    }
     json_t *o = base(m, chat ? "chat.completion.chunk" : "text_completion");
     json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, chat ? "delta" : "text",
-                               delta ? delta : json_string(""), "logprobs", opt(logprobs),
+                               delta, "logprobs", opt(logprobs),
                                "finish_reason", finish ? json_string(finish) : json_null());
     if (!o || !choice || json_object_set_new(o, "choices", json_pack("[o]", choice))) {
+        if (!o) json_decref(choice); /* else json_pack took it, even when it failed */
         json_decref(o);
         return NULL;
     }
@@ -48,8 +53,12 @@ json_t *srv_reply_chunk(const srv_reply_meta *m, int index, json_t *delta, const
 json_t *srv_reply_usage_chunk(const srv_reply_meta *m, json_t *usage)
 {
     json_t *o = base(m, m->api == SRV_API_CHAT ? "chat.completion.chunk" : "text_completion");
-    if (!o || json_object_set_new(o, "choices", json_array()) ||
-        json_object_set_new(o, "usage", opt(usage))) {
+    if (!o || json_object_set_new(o, "choices", json_array())) { /* usage is stolen: free it */
+        json_decref(usage);
+        json_decref(o);
+        return NULL;
+    }
+    if (json_object_set_new(o, "usage", opt(usage))) {
         json_decref(o);
         return NULL;
     }
@@ -80,8 +89,17 @@ json_t *srv_reply_choice(const srv_reply_meta *m, int index, json_t *text, json_
 json_t *srv_reply_full(const srv_reply_meta *m, json_t *choices, json_t *usage)
 {
     json_t *o = base(m, m->api == SRV_API_CHAT ? "chat.completion" : "text_completion");
-    if (!o || json_object_set_new(o, "choices", opt(choices)) ||
-        json_object_set_new(o, "usage", opt(usage))) {
+    if (!o) { /* choices and usage are stolen: free them */
+        json_decref(choices);
+        json_decref(usage);
+        return NULL;
+    }
+    if (json_object_set_new(o, "choices", opt(choices))) {
+        json_decref(usage);
+        json_decref(o);
+        return NULL;
+    }
+    if (json_object_set_new(o, "usage", opt(usage))) {
         json_decref(o);
         return NULL;
     }
@@ -165,7 +183,9 @@ static json_t *token_text(const tok_tokenizer *tok, int32_t id, json_t **bytes)
     char *s = NULL;
     size_t n = 0;
     kiln_err err;
+    if (bytes) *bytes = NULL;
     if (tok_decode(tok, &id, 1, 0, &s, &n, &err) != KILN_OK) {
+        if (err.code == KILN_E_NOMEM) return NULL; /* never an empty token in its place */
         s = NULL;
         n = 0;
     }
@@ -174,13 +194,15 @@ static json_t *token_text(const tok_tokenizer *tok, int32_t id, json_t **bytes)
     const char *piece = tok_token_to_piece(tok, id, NULL);
     if (s && piece && !strncmp(piece, "\xE2\x96\x81", 3) && (n == 0 || s[0] != ' ')) {
         char *t = malloc(n + 2);
-        if (t) {
-            t[0] = ' ';
-            memcpy(t + 1, s, n + 1);
+        if (!t) {
             free(s);
-            s = t;
-            n++;
+            return NULL;
         }
+        t[0] = ' ';
+        memcpy(t + 1, s, n + 1);
+        free(s);
+        s = t;
+        n++;
     }
     if (bytes) {
         *bytes = json_array();
@@ -189,6 +211,10 @@ static json_t *token_text(const tok_tokenizer *tok, int32_t id, json_t **bytes)
     }
     json_t *j = srv_json_text(s ? s : "", n);
     free(s);
+    if (!j && bytes) { /* the token did not make it: neither do its bytes */
+        json_decref(*bytes);
+        *bytes = NULL;
+    }
     return j;
 }
 
@@ -204,22 +230,42 @@ int srv_logprobs_add(json_t *lp, srv_api api, const tok_tokenizer *tok, const en
     if (api == SRV_API_CHAT) {
         json_t *bytes, *top = json_array();
         json_t *text = token_text(tok, so->token, &bytes);
-        for (int32_t i = 0; i < n_top && top; i++) {
+        int bad = !text || !top;
+        for (int32_t i = 0; i < n_top && !bad; i++) {
             json_t *tb, *tt = token_text(tok, so->top_ids[i], &tb);
-            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", opt(tt), "logprob",
-                                                 finite_lp(so->top_logprobs[i]), "bytes", opt(tb)));
+            bad = !tt || json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", opt(tt),
+                                                              "logprob",
+                                                              finite_lp(so->top_logprobs[i]),
+                                                              "bytes", opt(tb)));
+        }
+        if (bad) { /* out of memory: no entry rather than one with a hole */
+            json_decref(text);
+            json_decref(bytes);
+            json_decref(top);
+            return -1;
         }
         json_t *e = json_pack("{s:o, s:f, s:o, s:o}", "token", opt(text), "logprob",
                               finite_lp(so->logprob), "bytes", opt(bytes), "top_logprobs", opt(top));
         return e ? json_array_append_new(json_object_get(lp, "content"), e) : -1;
     }
     json_t *top = json_object();
-    for (int32_t i = 0; i < n_top && top; i++) {
+    int bad = !top;
+    for (int32_t i = 0; i < n_top && !bad; i++) {
         json_t *tt = token_text(tok, so->top_ids[i], NULL);
-        if (tt) json_object_set_new(top, json_string_value(tt), json_real(finite_lp(so->top_logprobs[i])));
+        bad = !tt || json_object_set_new(top, json_string_value(tt),
+                                         json_real(finite_lp(so->top_logprobs[i])));
         json_decref(tt);
     }
-    int rc = json_array_append_new(json_object_get(lp, "tokens"), token_text(tok, so->token, NULL));
+    if (bad) {
+        json_decref(top);
+        return -1;
+    }
+    json_t *tt = token_text(tok, so->token, NULL);
+    if (!tt) {
+        json_decref(top);
+        return -1;
+    }
+    int rc = json_array_append_new(json_object_get(lp, "tokens"), tt);
     rc |= json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(finite_lp(so->logprob)));
     rc |= json_array_append_new(json_object_get(lp, "top_logprobs"), opt(top));
     rc |= json_array_append_new(json_object_get(lp, "text_offset"), json_integer(text_offset));

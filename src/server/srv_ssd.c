@@ -25,6 +25,10 @@ json_t *srv_ssd_stats_json(const eng_stats *st)
         /* entries of this model under another KV format / adapters / block size */
         json_object_set_new(j, "skipped", json_integer((json_int_t)s->skipped));
         json_object_set_new(j, "skipped_bytes", json_integer((json_int_t)s->skipped_bytes));
+        /* names that are no regular file of ours; checkpoints expired; writes resumed */
+        json_object_set_new(j, "strange", json_integer((json_int_t)s->strange));
+        json_object_set_new(j, "expired", json_integer((json_int_t)s->expired));
+        json_object_set_new(j, "resumed", json_integer((json_int_t)s->resumed));
     }
     return j;
 }

@@ -15,6 +15,7 @@
  * Errors: only out of memory; bad markup is content, never an error.
  */
 #include "server/srv_toolcall.h"
+#include "server/srv_json.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,7 @@ static int add_call(srv_tc *p, const char *name, size_t nlen, json_t *args /* st
         p->calls = nc;
         p->cap_calls = cap;
     }
-    tc_call c = {strndup(name, nlen), json_dumps(args, JSON_COMPACT)};
+    tc_call c = {strndup(name, nlen), srv_json_dump(args, NULL)};
     if (!c.name || !c.args) {
         free(c.name);
         free(c.args);
@@ -426,7 +427,13 @@ static int call_llama3(srv_tc *p, const char *s, size_t n, bool final, size_t *u
     i = skip_space(s, n, i);
     size_t x = json_extent(s + i, n - i);
     if (x == 0 && !final) return 0;
-    if (x == 0 || x == (size_t)-1) {
+    if (x == (size_t)-1) { /* no JSON after the marker: the marker is text, scanning goes on
+                            * after it (taking the whole buffer would depend on how much of
+                            * the output has arrived: streaming and not would differ) */
+        *used = i;
+        return -1;
+    }
+    if (x == 0) { /* the end of the output inside the JSON: all of it is text */
         *used = n;
         return -1;
     }
@@ -453,7 +460,10 @@ static int call_mistral(srv_tc *p, const char *s, size_t n, bool final, size_t *
     size_t j = (size_t)(a - s) + 6;
     size_t x = json_extent(s + j, n - j);
     if (x == 0) return final ? -1 : 0;
-    if (x == (size_t)-1) return -1;
+    if (x == (size_t)-1) { /* no JSON after [ARGS]: text up to there, scanning goes on */
+        *used = j;
+        return -1;
+    }
     *used = j + x;
     json_t *args = json_loadb(s + j, x, 0, NULL);
     if (!json_is_object(args) || !nl) {

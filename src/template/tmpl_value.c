@@ -186,7 +186,10 @@ tmpl_value *tv_list(tmpl_rt *rt, size_t cap)
     v->u.l.cap = cap;
     return v;
 fail:
-    tv_decref(rt, v);
+    if (!rt)
+        tmpl_value_free(v); /* an external value: tv_decref would skip it */
+    else
+        tv_decref(rt, v);
     return rt ? (rt->failed ? NULL : rt_nomem(rt)) : NULL;
 }
 
@@ -254,8 +257,13 @@ bool tv_dict_setk(tmpl_rt *rt, tmpl_value *d, tmpl_value *key, tmpl_value *v)
     d->u.d.n++;
     return true;
 fail:
-    tv_decref(rt, key);
-    tv_decref(rt, v);
+    if (!rt) { /* building external values (tmpl_value_*): tv_decref skips them, so free */
+        tmpl_value_free(key);
+        tmpl_value_free(v);
+    } else {
+        tv_decref(rt, key);
+        tv_decref(rt, v);
+    }
     return false;
 }
 

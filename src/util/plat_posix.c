@@ -20,7 +20,9 @@ kiln_code plat_map_file(const char *path, plat_map *out, kiln_err *err)
 {
     out->data = NULL;
     out->size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in the path's place opens at once and is refused below
+     * instead of blocking start-up until some writer appears */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return kiln_fail(err, errno == ENOENT ? KILN_E_NOT_FOUND : KILN_E_IO,
                                  "%s: %s", path, strerror(errno));
     struct stat st;
@@ -60,13 +62,19 @@ kiln_code plat_read_file(const char *path, size_t max_bytes, char **out, size_t 
 {
     *out = NULL;
     if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return kiln_fail(err, errno == ENOENT ? KILN_E_NOT_FOUND : KILN_E_IO, "%s: %s",
-                             path, strerror(errno));
+    /* non-blocking open + fstat first: a FIFO named like the file never blocks */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return kiln_fail(err, errno == ENOENT ? KILN_E_NOT_FOUND : KILN_E_IO, "%s: %s",
+                                 path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         return kiln_fail(err, KILN_E_IO, "%s: not a readable regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return kiln_fail(err, KILN_E_NOMEM, "%s: %s", path, strerror(errno));
     }
     if ((uint64_t)st.st_size > max_bytes) {
         fclose(f);

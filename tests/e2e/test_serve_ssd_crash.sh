@@ -5,7 +5,9 @@
 #   (seeded/greedy), usage.resumed_tokens > 0, checkpoint removed at the end;
 #   crash loop: kill -9 during write-behind and checkpoint writes, N times;
 #   afterwards nothing is quarantined (atomic writes), the cache still works,
-#   and what a flush made durable survives a kill -9.
+#   and what a flush made durable survives a kill -9; then rounds of
+#   flush, more work, kill -9 at a random moment: every entry the flush listed
+#   is on disk, indexed and served at the next start.
 . "$(dirname "$0")/lib.sh"
 e2e_need
 PY=/usr/bin/python3
@@ -86,4 +88,40 @@ check "what flush made durable survives kill -9 (cached $(j "$warm" "['cached']"
 check "and serves the same text" [ "$(j "$cold" "['text']")" = "$(j "$warm" "['text']")" ]
 check "still nothing quarantined" [ "$(stat_ssd "$L_URL" quarantined)" = 0 ]
 e2e_stop "$L_PID"
+
+# durability, round after round: a flush reports a prefix durable, more work
+# (write-behind, checkpoints being replaced and removed) runs, kill -9 lands at
+# a random moment; at the next start every entry that flush listed is still
+# there, indexed (nothing quarantined) and serves its prefix from disk
+D2="$E2E_TMP/durable"
+block_names() { ls "$D2" 2>/dev/null | grep -E '^[0-9a-f]{16}\.kv$' | sort; }
+: > "$E2E_TMP/durable.txt"
+last=""
+for i in $(seq 1 "${SSD_DURABLE_ITER:-4}"); do
+  serve_d() { e2e_server K --model "$MODEL" --ctx 4096 --ssd-cache "$D2" --generation-checkpoint 10; }
+  serve_d || exit 1
+  if [ -n "$last" ]; then
+    n=$(wc -l < "$E2E_TMP/durable.txt")
+    missing=$(comm -23 "$E2E_TMP/durable.txt" <(block_names) | wc -l)
+    check "round $i: all $n entries flushed before the kill -9 are on disk ($missing missing)" [ "$missing" = 0 ]
+    check "round $i: nothing quarantined" [ "$(stat_ssd "$K_URL" quarantined)" = 0 ]
+    check "round $i: all indexed ($(stat_ssd "$K_URL" entries) >= $n)" [ "$(stat_ssd "$K_URL" entries)" -ge "$n" ]
+    again=$($PY "$REQ" "$K_URL" "$last" 1)
+    check "round $i: the durable prefix is served from disk (cached $(j "$again" "['cached']"))" \
+      [ "$(j "$again" "['cached']")" -ge $(( $(j "$again" "['prompt']") - 16 )) ]
+  fi
+  last=$((40 + i))
+  $PY "$REQ" "$K_URL" "$last" 1 >/dev/null
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$K_URL/admin/cache/flush")
+  check "round $i: flush 200" [ "$code" = 200 ]
+  block_names > "$E2E_TMP/durable.txt"
+  ($PY "$REQ" "$K_URL" $((60 + i)) 1 >/dev/null 2>&1; $PY "$REQ" "$K_URL" -$((70 + i)) 200 '{"ignore_eos":true}' >/dev/null 2>&1) &
+  sleep "$($PY -c "import random; print(round(random.uniform(0.2, 1.5), 2))")"
+  kill -KILL "$K_PID"; wait "$K_PID" 2>/dev/null
+done
+serve_d || exit 1
+missing=$(comm -23 "$E2E_TMP/durable.txt" <(block_names) | wc -l)
+check "last round: all flushed entries survived ($missing missing)" [ "$missing" = 0 ]
+check "last round: nothing quarantined" [ "$(stat_ssd "$K_URL" quarantined)" = 0 ]
+e2e_stop "$K_PID"
 e2e_done

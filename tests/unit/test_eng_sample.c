@@ -1,9 +1,13 @@
 /*
- * test_eng_sample.c — greedy, filters, penalties, bias, seeds, validation.
+ * test_eng_sample.c — greedy, filters, penalties, bias, seeds, validation; every
+ * setting at its extreme (tiny and huge temperature, top_p 1e-300, min_p 1,
+ * top_k 1 and huge, bias +-1e30 and overflow, penalties at their bounds) and
+ * NaN/inf logits: a defined pick, never a NaN, never an empty candidate set.
  */
 #include "engine/eng_sample.h"
 #include "test.h"
 
+#include <float.h>
 #include <stdalign.h>
 
 static alignas(64) unsigned char scratch[1 << 16];
@@ -201,6 +205,249 @@ static void test_selection_equals_full_sort_on_flat_logits(void)
     ASSERT_TRUE(firsts > 0 && firsts < 200);
 }
 
+/* ---------------------------------------------------------------- extremes */
+
+/* Draws `n` tokens from a copy of l[v] each time; checks every pick is a token
+ * and every reported number finite; counts picks per id in seen[v]. */
+static int draw_many(const eng_sampling *sp, const float *l, int v, const int32_t *hist,
+                     int n_hist, int n, int *seen)
+{
+    eng_rng r;
+    eng_rng_seed(&r, 11);
+    float row[64];
+    for (int t = 0; t < n; t++) {
+        memcpy(row, l, sizeof(float) * (size_t)v);
+        eng_sample_out o;
+        int32_t tok = eng_sample_row(sp, row, v, hist, n_hist, &r, scratch, &o);
+        if (tok < 0 || tok >= v || o.token != tok || !isfinite(o.logprob)) return -1;
+        for (int i = 0; i < v; i++)
+            if (row[i] != row[i]) return -2; /* a NaN left in the processed row */
+        for (int i = 0; i < o.n_top; i++)
+            if (!isfinite(o.top_logprobs[i])) return -3;
+        seen[tok]++;
+    }
+    return 0;
+}
+
+static void test_extreme_temperatures_give_the_best_or_uniform(void)
+{
+    const float l[5] = {0.5f, 2.0f, 2.0f - 1e-6f, -3.0f, 1.0f};
+    const float tiny[] = {1e-30f, FLT_MIN, 1e-45f /* denormal */};
+    for (size_t k = 0; k < sizeof tiny / sizeof *tiny; k++) {
+        eng_sampling sp = eng_sampling_default();
+        sp.temperature = tiny[k];
+        sp.top_logprobs = 3;
+        int seen[5] = {0};
+        ASSERT_EQ_I64(draw_many(&sp, l, 5, NULL, 0, 200, seen), 0);
+        ASSERT_EQ_I64(seen[1], 200); /* T -> 0 is argmax, even 1e-6 nats apart */
+    }
+    /* exact ties at a tiny T: both tied tokens, nothing else */
+    const float tie[4] = {3.0f, 1.0f, 3.0f, 0.0f};
+    eng_sampling sp = eng_sampling_default();
+    sp.temperature = 1e-30f;
+    int seen[5] = {0};
+    ASSERT_EQ_I64(draw_many(&sp, tie, 4, NULL, 0, 400, seen), 0);
+    ASSERT_TRUE(seen[0] > 100 && seen[2] > 100 && seen[0] + seen[2] == 400);
+    /* a huge T: every candidate equally likely (none dropped, no NaN) */
+    const float huge[] = {1e30f, FLT_MAX};
+    for (size_t k = 0; k < 2; k++) {
+        sp = eng_sampling_default();
+        sp.temperature = huge[k];
+        int cnt[5] = {0};
+        ASSERT_EQ_I64(draw_many(&sp, l, 5, NULL, 0, 1000, cnt), 0);
+        for (int i = 0; i < 5; i++) ASSERT_TRUE(cnt[i] > 120 && cnt[i] < 280);
+    }
+}
+
+static void test_extreme_filters_keep_at_least_the_best(void)
+{
+    const float l[6] = {1.0f, 4.0f, 3.9f, 0.0f, -2.0f, 4.0f};
+    eng_sampling sp = eng_sampling_default();
+    sp.temperature = 1.0f;
+    /* top_p at the smallest float (what the API's 1e-300 becomes): the best token */
+    sp.top_p = FLT_MIN;
+    int seen[6] = {0};
+    ASSERT_EQ_I64(draw_many(&sp, l, 6, NULL, 0, 200, seen), 0);
+    ASSERT_EQ_I64(seen[1], 200); /* ties by id: 1 before 5 */
+    /* top_p just under 1: every candidate stays */
+    sp.top_p = nextafterf(1.0f, 0.0f);
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 6, NULL, 0, 2000, seen), 0);
+    ASSERT_TRUE(seen[4] > 0);
+    /* min_p = 1: only the tokens tied with the best */
+    sp = eng_sampling_default();
+    sp.temperature = 1.0f;
+    sp.min_p = 1.0f;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 6, NULL, 0, 400, seen), 0);
+    ASSERT_TRUE(seen[1] > 100 && seen[5] > 100 && seen[1] + seen[5] == 400);
+    /* min_p just under 1: still only the tied best (3.9 is 0.1 nats down) */
+    sp.min_p = nextafterf(1.0f, 0.0f);
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 6, NULL, 0, 400, seen), 0);
+    ASSERT_EQ_I64(seen[1] + seen[5], 400);
+    /* min_p at the smallest float: off in effect */
+    sp.min_p = FLT_MIN;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 6, NULL, 0, 2000, seen), 0);
+    ASSERT_TRUE(seen[4] > 0);
+    /* top_k 1 and top_k far over the vocabulary */
+    sp = eng_sampling_default();
+    sp.temperature = 1.0f;
+    sp.top_k = 1;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 6, NULL, 0, 100, seen), 0);
+    ASSERT_EQ_I64(seen[1], 100);
+    sp.top_k = INT32_MAX;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 6, NULL, 0, 2000, seen), 0);
+    ASSERT_TRUE(seen[4] > 0);
+    /* every filter at its extreme at once, tiny T: the best */
+    sp.top_k = 1;
+    sp.top_p = FLT_MIN;
+    sp.min_p = 1.0f;
+    sp.temperature = 1e-30f;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 6, NULL, 0, 50, seen), 0);
+    ASSERT_EQ_I64(seen[1], 50);
+}
+
+static void test_logit_bias_at_1e30_and_beyond(void)
+{
+    const float l[5] = {2.0f, 1.0f, 0.0f, 5.0f, -1.0f};
+    eng_bias force[2] = {{2, 1e30f}, {4, 1e30f}};
+    eng_sampling sp = eng_sampling_default();
+    sp.temperature = 1.0f;
+    sp.logit_bias = force;
+    sp.n_bias = 1;
+    int seen[5] = {0};
+    ASSERT_EQ_I64(draw_many(&sp, l, 5, NULL, 0, 100, seen), 0);
+    ASSERT_EQ_I64(seen[2], 100); /* +1e30 forces the token */
+    eng_rng r;
+    eng_rng_seed(&r, 1);
+    eng_sample_out o;
+    float row[5];
+    memcpy(row, l, sizeof row);
+    sp.temperature = 0;
+    ASSERT_EQ_I64(eng_sample_row(&sp, row, 5, NULL, 0, &r, scratch, &o), 2);
+    ASSERT_NEAR_F32(o.logprob, 0.0f, 1e-6); /* all the mass, finite */
+    /* two forced tokens: they tie, both drawn */
+    sp.temperature = 1.0f;
+    sp.n_bias = 2;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 5, NULL, 0, 400, seen), 0);
+    ASSERT_TRUE(seen[2] > 100 && seen[4] > 100 && seen[2] + seen[4] == 400);
+    /* -1e30 on the best token: never drawn, even greedy */
+    eng_bias ban = {3, -1e30f};
+    sp.logit_bias = &ban;
+    sp.n_bias = 1;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 5, NULL, 0, 400, seen), 0);
+    ASSERT_EQ_I64(seen[3], 0);
+    /* a bias that overflows to +inf (FLT_MAX on a large logit) ties at the top */
+    const float big[3] = {3e38f, 1.0f, 3e38f};
+    eng_bias over[2] = {{0, FLT_MAX}, {2, FLT_MAX}};
+    sp.logit_bias = over;
+    sp.n_bias = 2;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, big, 3, NULL, 0, 400, seen), 0);
+    ASSERT_TRUE(seen[0] > 100 && seen[2] > 100 && seen[1] == 0);
+    /* -inf on every token but one (the validator allows -inf): that one */
+    eng_bias most[4] = {{0, -INFINITY}, {1, -INFINITY}, {3, -INFINITY}, {4, -INFINITY}};
+    sp.logit_bias = most;
+    sp.n_bias = 4;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, l, 5, NULL, 0, 50, seen), 0);
+    ASSERT_EQ_I64(seen[2], 50);
+    /* -inf on every token: no token, said as -1 (the engine ends the request) */
+    eng_bias all[5] = {{0, -INFINITY}, {1, -INFINITY}, {2, -INFINITY}, {3, -INFINITY},
+                       {4, -INFINITY}};
+    sp.logit_bias = all;
+    sp.n_bias = 5;
+    memcpy(row, l, sizeof row);
+    ASSERT_EQ_I64(eng_sample_row(&sp, row, 5, NULL, 0, &r, scratch, &o), -1);
+    ASSERT_EQ_I64(o.token, -1);
+}
+
+static void test_penalties_at_their_bounds(void)
+{
+    const float l[6] = {30.0f, -30.0f, 5.0f, 4.0f, 0.0f, 1e30f};
+    int32_t hist[64];
+    for (int i = 0; i < 64; i++) hist[i] = i % 2 ? 0 : 5; /* 0 and 5, 32 times each */
+    const float reps[] = {1e-30f, 1e-3f, 100.0f, 1e30f, FLT_MAX};
+    for (size_t k = 0; k < sizeof reps / sizeof *reps; k++) {
+        eng_sampling sp = eng_sampling_default();
+        sp.repetition_penalty = reps[k];
+        sp.temperature = 1.0f;
+        sp.top_logprobs = 5;
+        int seen[6] = {0};
+        ASSERT_EQ_I64(draw_many(&sp, l, 6, hist, 64, 50, seen), 0);
+        sp.temperature = 0;
+        memset(seen, 0, sizeof seen);
+        ASSERT_EQ_I64(draw_many(&sp, l, 6, hist, 64, 1, seen), 0);
+    }
+    /* presence and frequency at +-2 over a full window: 2 + 2 * 32 per token */
+    eng_sampling sp = eng_sampling_default();
+    sp.presence_penalty = 2.0f;
+    sp.frequency_penalty = 2.0f;
+    const float m[3] = {65.5f, 0.0f, 1.0f};
+    int32_t h2[64];
+    for (int i = 0; i < 64; i++) h2[i] = i % 2 ? 0 : 2;
+    int seen[3] = {0};
+    ASSERT_EQ_I64(draw_many(&sp, m, 3, h2, 64, 1, seen), 0);
+    ASSERT_EQ_I64(seen[1], 1); /* 65.5 - 66 < 0; 1 - 66 < 0; token 1 stays at 0 */
+    sp.presence_penalty = -2.0f;
+    sp.frequency_penalty = -2.0f;
+    memset(seen, 0, sizeof seen);
+    ASSERT_EQ_I64(draw_many(&sp, m, 3, h2, 64, 1, seen), 0);
+    ASSERT_EQ_I64(seen[0], 1);
+}
+
+static void test_nan_and_inf_logits(void)
+{
+    const float nan = NAN;
+    /* a NaN where the best would be: never drawn, counted */
+    float l[5] = {1.0f, nan, 2.0f, nan, 0.5f};
+    eng_sampling sp = eng_sampling_default();
+    sp.temperature = 1.0f;
+    sp.top_logprobs = 5;
+    eng_rng r;
+    eng_rng_seed(&r, 5);
+    eng_sample_out o;
+    int seen[5] = {0};
+    for (int t = 0; t < 300; t++) {
+        float row[5];
+        memcpy(row, l, sizeof row);
+        int32_t tok = eng_sample_row(&sp, row, 5, NULL, 0, &r, scratch, &o);
+        ASSERT_TRUE(tok == 0 || tok == 2 || tok == 4);
+        ASSERT_EQ_I64(o.n_nan, 2);
+        ASSERT_TRUE(isfinite(o.logprob));
+        ASSERT_EQ_I64(o.n_top, 3); /* the NaN ones are not candidates */
+        seen[tok]++;
+    }
+    ASSERT_TRUE(seen[2] > seen[0] && seen[0] > 0);
+    /* +inf from the model: ties at the top, drawn; greedy picks it */
+    float inf_row[4] = {1.0f, INFINITY, 0.0f, INFINITY};
+    sp.temperature = 0;
+    ASSERT_EQ_I64(eng_sample_row(&sp, inf_row, 4, NULL, 0, &r, scratch, &o), 1);
+    ASSERT_TRUE(isfinite(o.logprob));
+    /* a NaN plus a penalty or a bias stays out */
+    float p[3] = {nan, 0.0f, -1.0f};
+    eng_bias b = {0, 100.0f};
+    sp.logit_bias = &b;
+    sp.n_bias = 1;
+    sp.repetition_penalty = 1.5f;
+    int32_t h[1] = {0};
+    ASSERT_EQ_I64(eng_sample_row(&sp, p, 3, h, 1, &r, scratch, &o), 1);
+    /* nothing finite at all: -1 */
+    float all[3] = {nan, -INFINITY, nan};
+    sp = eng_sampling_default();
+    sp.temperature = 0.7f;
+    ASSERT_EQ_I64(eng_sample_row(&sp, all, 3, NULL, 0, &r, scratch, &o), -1);
+    ASSERT_EQ_I64(o.n_nan, 2);
+    ASSERT_EQ_I64(o.token, -1);
+}
+
 int main(void)
 {
     RUN(test_greedy_picks_lowest_id_on_ties);
@@ -212,5 +459,10 @@ int main(void)
     RUN(test_top_logprobs_are_sorted);
     RUN(test_validation_names_the_field);
     RUN(test_selection_equals_full_sort_on_flat_logits);
+    RUN(test_extreme_temperatures_give_the_best_or_uniform);
+    RUN(test_extreme_filters_keep_at_least_the_best);
+    RUN(test_logit_bias_at_1e30_and_beyond);
+    RUN(test_penalties_at_their_bounds);
+    RUN(test_nan_and_inf_logits);
     return TEST_DONE();
 }

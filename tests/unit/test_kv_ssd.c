@@ -2,14 +2,26 @@
  * test_kv_ssd.c — the SSD tier: round trips, restart indexing, corrupt entries
  * (flipped byte, truncation, wrong model, wrong version) quarantined, entries
  * of another KV format / adapter set / block size skipped and kept, the size
- * cap's LRU eviction, the directory lock, the bounded queue, write failures.
+ * cap's LRU eviction, the directory lock, the bounded queue, write failures;
+ * strange names (FIFO, socket, device, symlinks in and out of the folder, a directory,
+ * a symlinked lock or quarantine) never block, redirect or get served; a full
+ * disk pauses writing and writing resumes; checkpoint expiry on the writer
+ * thread; checkpoint bytes under the size cap; a replaced checkpoint's older
+ * file is neither lost before its successor is written nor left behind.
  */
 #include "kv/kv_ssd.h"
 #include "test.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#ifdef __linux__
+#include <sys/sysmacros.h> /* makedev (macOS: sys/types.h) */
+#endif
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
 #include <xxhash.h>
 
 #define BLK 4096
@@ -405,7 +417,7 @@ static void test_write_failure_degrades_without_crashing(void)
     ASSERT_EQ_I64(st.degraded, 1);
     ASSERT_EQ_U64(st.failed, 1);
     ASSERT_EQ_U64(st.entries, 1);
-    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 3, b, BLK), -1);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 3, b, BLK), -2); /* paused: refused */
     ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 1, r, BLK, &err)); /* what is on disk still serves */
     ASSERT_TRUE(memcmp(b, r, BLK) == 0);
     kv_ssd_close(s, 1);
@@ -507,6 +519,344 @@ static void test_ten_thousand_entries_index_quickly(void)
     kv_ssd_close(s, 0);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Waits (up to 10 s) for cond; a condition, never a fixed sleep. */
+#define WAIT_FOR(cond)                                                                             \
+    do {                                                                                           \
+        double t0_ = now_s();                                                                      \
+        while (!(cond) && now_s() - t0_ < 10.0)                                                    \
+            usleep(10000);                                                                         \
+    } while (0)
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char m[] = "  FAIL: kv_ssd_open blocked on a strange entry (alarm)\n";
+    if (write(2, m, sizeof m - 1) < 0) _exit(3);
+    _exit(3);
+}
+
+/* A FIFO, a socket, a directory and symlinks (to a valid entry outside the
+ * folder, to /dev/zero, to a FIFO) named like entries: start-up neither
+ * blocks nor follows, serves or moves any of them; they are counted. */
+static void test_strange_names_never_block_or_get_served(void)
+{
+    const char *dir = fresh_dir("strange");
+    kiln_err err;
+    seed_entries(dir, 2); /* 1 and 2: real entries */
+    char outside[512], p[512], tgt[512];
+    snprintf(outside, sizeof outside, "%s_outside", dir);
+    ASSERT_TRUE(mkdir(outside, 0700) == 0);
+    seed_entries(outside, 3); /* a sound entry 3 outside the folder */
+    /* the FIFO, and a checkpoint-named one */
+    snprintf(p, sizeof p, "%s/4444444444444444.kv", dir);
+    ASSERT_TRUE(mkfifo(p, 0600) == 0);
+    snprintf(p, sizeof p, "%s/ck-4444444444444445.kv", dir);
+    ASSERT_TRUE(mkfifo(p, 0600) == 0);
+    /* a symlink out of the folder to a sound entry, one to a device, one to the FIFO */
+    path_of(p, sizeof p, dir, 3);
+    path_of(tgt, sizeof tgt, outside, 3);
+    ASSERT_TRUE(symlink(tgt, p) == 0);
+    path_of(p, sizeof p, dir, 0x77);
+    ASSERT_TRUE(symlink("/dev/zero", p) == 0);
+    path_of(p, sizeof p, dir, 0x78);
+    ASSERT_TRUE(symlink("4444444444444444.kv", p) == 0);
+    /* a directory and a unix socket */
+    path_of(p, sizeof p, dir, 0x66);
+    ASSERT_TRUE(mkdir(p, 0700) == 0);
+    path_of(p, sizeof p, dir, 0x55);
+    int sk = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", p);
+    int bound = strlen(p) < sizeof sa.sun_path && bind(sk, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(sk);
+    /* a character device (as root only: mknod needs it), like /dev/null */
+    path_of(p, sizeof p, dir, 0x44);
+    int dev = mknod(p, S_IFCHR | 0600, makedev(1, 3)) == 0;
+    /* a stale temp name that is a symlink to a file outside: removed as a link */
+    snprintf(p, sizeof p, "%s/.tmp-0000000000000001.kv", dir);
+    ASSERT_TRUE(symlink(tgt, p) == 0);
+
+    signal(SIGALRM, on_alarm);
+    alarm(30); /* a blocking open would hang here forever */
+    kv_ssd *s = open_dir(dir, ID, 0);
+    alarm(0);
+    ASSERT_TRUE(s != NULL);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.entries, 2);
+    ASSERT_EQ_U64(st.strange, 6 + (uint64_t)bound + (uint64_t)dev);
+    ASSERT_EQ_U64(st.quarantined, 0);
+    uint8_t r[BLK];
+    ASSERT_CODE(kv_ssd_get(s, KV_SSD_BLOCK, 3, r, BLK, &err), KILN_E_NOT_FOUND);
+    ASSERT_CODE(kv_ssd_get(s, KV_SSD_BLOCK, 0x77, r, BLK, &err), KILN_E_NOT_FOUND);
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 1, r, BLK, &err));
+    /* the entry behind the link can still be written for real: the link is replaced */
+    uint8_t b[BLK];
+    fill(b, 9);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 3, b, BLK), 1);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 3, r, BLK, &err));
+    ASSERT_TRUE(memcmp(b, r, BLK) == 0);
+    kv_ssd_close(s, 1);
+    struct stat sb;
+    path_of(p, sizeof p, dir, 3);
+    ASSERT_TRUE(lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)); /* a file of ours now */
+    snprintf(p, sizeof p, "%s/4444444444444444.kv", dir);
+    ASSERT_TRUE(lstat(p, &sb) == 0 && S_ISFIFO(sb.st_mode)); /* left in place */
+    /* the entry outside the folder is untouched (the write replaced the link) */
+    kv_ssd *o = open_dir(outside, ID, 0);
+    ASSERT_OK(kv_ssd_get(o, KV_SSD_BLOCK, 3, r, BLK, &err));
+    fill(b, 3);
+    ASSERT_TRUE(memcmp(b, r, BLK) == 0);
+    kv_ssd_close(o, 0);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", outside);
+    ASSERT_TRUE(system(cmd) == 0);
+}
+
+/* An entry swapped for a FIFO after the scan indexed it: a load does not
+ * block and does not serve it; it is forgotten and counted. */
+static void test_entry_swapped_for_a_fifo_after_the_scan(void)
+{
+    const char *dir = fresh_dir("swap");
+    kiln_err err;
+    seed_entries(dir, 1);
+    kv_ssd *s = open_dir(dir, ID, 0);
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_BLOCK, 1));
+    char p[512];
+    path_of(p, sizeof p, dir, 1);
+    ASSERT_TRUE(unlink(p) == 0 && mkfifo(p, 0600) == 0);
+    uint8_t r[BLK];
+    alarm(30);
+    ASSERT_CODE(kv_ssd_get(s, KV_SSD_BLOCK, 1, r, BLK, &err), KILN_E_NOT_FOUND);
+    alarm(0);
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_BLOCK, 1));
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.strange, 1);
+    ASSERT_EQ_U64(st.quarantined, 0);
+    ASSERT_EQ_U64(st.entries, 0);
+    kv_ssd_close(s, 0);
+}
+
+/* DIR/lock and DIR/quarantine as symlinks out of the folder: the lock is
+ * refused (the target is not truncated); bad entries are deleted, never moved
+ * through the link. */
+static void test_symlinked_lock_and_quarantine_are_not_followed(void)
+{
+    const char *dir = fresh_dir("links");
+    char victim[512], p[512], vdir[512];
+    snprintf(victim, sizeof victim, "%s_victim", dir);
+    FILE *f = fopen(victim, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("precious\n", f);
+    fclose(f);
+    ASSERT_TRUE(mkdir(dir, 0700) == 0);
+    snprintf(p, sizeof p, "%s/lock", dir);
+    ASSERT_TRUE(symlink(victim, p) == 0);
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = ID;
+    kv_ssd *s = NULL;
+    kiln_err err;
+    ASSERT_CODE(kv_ssd_open(&c, &s, &err), KILN_E_IO);
+    struct stat sb;
+    ASSERT_TRUE(stat(victim, &sb) == 0 && sb.st_size == 9); /* not truncated */
+    ASSERT_TRUE(unlink(p) == 0);
+    /* quarantine/ -> a folder elsewhere */
+    snprintf(vdir, sizeof vdir, "%s_qdir", dir);
+    ASSERT_TRUE(mkdir(vdir, 0700) == 0);
+    snprintf(p, sizeof p, "%s/quarantine", dir);
+    ASSERT_TRUE(symlink(vdir, p) == 0);
+    seed_entries(dir, 1);
+    path_of(p, sizeof p, dir, 1);
+    ASSERT_TRUE(truncate(p, KV_SSD_HEADER_BYTES + 3) == 0); /* torn */
+    s = open_dir(dir, ID, 0);
+    ASSERT_TRUE(s != NULL);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).quarantined, 1);
+    kv_ssd_close(s, 0);
+    ASSERT_TRUE(access(p, F_OK) != 0);    /* the torn entry is gone */
+    ASSERT_EQ_I64(count_files(vdir), 0); /* and did not travel through the link */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", victim, vdir);
+    ASSERT_TRUE(system(cmd) == 0);
+}
+
+/* A full disk (the hook fails writes like ENOSPC while its file exists):
+ * writing pauses, puts are refused for retry_s, entries on disk keep serving,
+ * a failed probe pauses again, and the first write that succeeds resumes. */
+static void test_full_disk_pauses_writing_then_resumes(void)
+{
+    const char *dir = fresh_dir("full");
+    char full[600];
+    snprintf(full, sizeof full, "%s_full", dir);
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = ID;
+    c.fail_file = full;
+    c.retry_s = 0.2;
+    kv_ssd *s = NULL;
+    kiln_err err;
+    ASSERT_OK(kv_ssd_open(&c, &s, &err));
+    uint8_t b[BLK], r[BLK];
+    fill(b, 1);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 1, b, BLK), 1);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    FILE *f = fopen(full, "w"); /* the disk is full */
+    ASSERT_TRUE(f != NULL);
+    fclose(f);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 2, b, BLK), 1);
+    WAIT_FOR(kv_ssd_get_stats(s).failed == 1);
+    ASSERT_EQ_I64(kv_ssd_get_stats(s).degraded, 1);
+    ASSERT_TRUE(kv_ssd_paused_for(s) > 0);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 3, b, BLK), -2);
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 1, r, BLK, &err)); /* still served */
+    WAIT_FOR(kv_ssd_paused_for(s) == 0);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 4, b, BLK), 1); /* the probe: fails again */
+    WAIT_FOR(kv_ssd_get_stats(s).failed == 2);
+    ASSERT_EQ_I64(kv_ssd_get_stats(s).degraded, 1);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 5, b, BLK), -2);
+    ASSERT_TRUE(unlink(full) == 0); /* space is back */
+    WAIT_FOR(kv_ssd_paused_for(s) == 0);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 6, b, BLK), 1);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_I64(st.degraded, 0);
+    ASSERT_EQ_U64(st.resumed, 1);
+    ASSERT_EQ_U64(st.failed, 2);
+    ASSERT_EQ_U64(st.entries, 2); /* 1 and 6 */
+    ASSERT_OK(kv_ssd_get(s, KV_SSD_BLOCK, 6, r, BLK, &err));
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 7, b, BLK), 1); /* and keeps writing */
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    ASSERT_EQ_U64(kv_ssd_get_stats(s).entries, 3);
+    kv_ssd_close(s, 1);
+}
+
+/* The free-space reserve: a write that would leave less free is refused
+ * before a byte is written (no entry, no temp file). */
+static void test_free_space_reserve_refuses_before_writing(void)
+{
+    const char *dir = fresh_dir("reserve");
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = ID;
+    c.min_free_bytes = (uint64_t)1 << 62; /* more than any disk has */
+    kv_ssd *s = NULL;
+    kiln_err err;
+    ASSERT_OK(kv_ssd_open(&c, &s, &err));
+    uint8_t b[BLK];
+    fill(b, 1);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_BLOCK, 1, b, BLK), 1);
+    WAIT_FOR(kv_ssd_get_stats(s).failed == 1);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_I64(st.degraded, 1);
+    ASSERT_EQ_U64(st.entries, 0);
+    kv_ssd_close(s, 0);
+    ASSERT_EQ_I64(count_files(dir), 2); /* lock + quarantine/: no entry, no .tmp- */
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int tmp = 0;
+    while (d && (de = readdir(d)))
+        tmp += !strncmp(de->d_name, ".tmp-", 5);
+    if (d) closedir(d);
+    ASSERT_EQ_I64(tmp, 0);
+}
+
+/* Checkpoint expiry runs on the writer thread: kv_ssd_expire_in (a cancelled
+ * request) and the max age, without a restart. */
+static void test_checkpoints_expire_while_running(void)
+{
+    const char *dir = fresh_dir("expire");
+    kv_ssd *s = open_dir(dir, ID, 0);
+    const char *a = "checkpoint";
+    kv_ssd_put(s, KV_SSD_CKPT, 1, a, strlen(a));
+    kv_ssd_put(s, KV_SSD_CKPT, 2, a, strlen(a));
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    ASSERT_EQ_I64(kv_ssd_set_ckpt_max_age(s, 3600), 0); /* none is that old */
+    kv_ssd_expire_in(s, KV_SSD_CKPT, 1, 0.2);
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_CKPT, 1));
+    WAIT_FOR(!kv_ssd_has(s, KV_SSD_CKPT, 1));
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_CKPT, 1));
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_CKPT, 2));
+    char p[512];
+    snprintf(p, sizeof p, "%s/ck-%016x.kv", dir, 1);
+    ASSERT_TRUE(access(p, F_OK) != 0);
+    /* a newer version put before the expiry cancels it */
+    kv_ssd_expire_in(s, KV_SSD_CKPT, 2, 0.3);
+    kv_ssd_put(s, KV_SSD_CKPT, 2, "newer", 5);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    usleep(500000); /* past the cancelled expiry: checks that nothing happens */
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_CKPT, 2));
+    /* the max age, swept periodically (every max_age / 2 here) */
+    kv_ssd_set_ckpt_max_age(s, 0.4);
+    WAIT_FOR(!kv_ssd_has(s, KV_SSD_CKPT, 2));
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_CKPT, 2));
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.expired, 2);
+    ASSERT_EQ_U64(st.entries, 0);
+    kv_ssd_close(s, 0);
+}
+
+/* Checkpoint bytes are counted toward the size cap like blocks. */
+static void test_checkpoint_bytes_count_toward_the_cap(void)
+{
+    const char *dir = fresh_dir("ckcap");
+    uint64_t one = KV_SSD_HEADER_BYTES + BLK + KV_SSD_TRAILER_BYTES;
+    kv_ssd *s = open_dir(dir, ID, 3 * one);
+    uint8_t b[BLK];
+    fill(b, 1);
+    kv_ssd_put(s, KV_SSD_BLOCK, 1, b, BLK);
+    kv_ssd_put(s, KV_SSD_BLOCK, 2, b, BLK);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    kv_ssd_put(s, KV_SSD_CKPT, 3, b, BLK);
+    kv_ssd_put(s, KV_SSD_CKPT, 4, b, BLK);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.bytes, 3 * one);
+    ASSERT_EQ_U64(st.evicted, 1);
+    ASSERT_EQ_U64(st.ckpt_entries, 2);
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_BLOCK, 1)); /* the least recently used went */
+    kv_ssd_close(s, 0);
+}
+
+/* A checkpoint replaced by a newer version still queued: the older file stays
+ * until the rename replaces it (a crash keeps it), comes back when the newer
+ * one is dropped, and goes when the request's checkpoint is removed. */
+static void test_replaced_checkpoint_file_is_kept_or_removed_correctly(void)
+{
+    const char *dir = fresh_dir("shadow");
+    kiln_err err;
+    char p[512];
+    snprintf(p, sizeof p, "%s/ck-%016x.kv", dir, 9);
+    kv_ssd *s = open_dir(dir, ID, 0);
+    kv_ssd_put(s, KV_SSD_CKPT, 9, "v1", 2);
+    ASSERT_EQ_U64(kv_ssd_flush(s, 5000, NULL), 0);
+    kv_ssd_pause_writer(s, 1);
+    kv_ssd_put(s, KV_SSD_CKPT, 9, "v2", 2);
+    kv_ssd_close(s, 0); /* "crash" before v2 is written: v2 dropped */
+    s = open_dir(dir, ID, 0);
+    void *got = NULL;
+    size_t n = 0;
+    ASSERT_OK(kv_ssd_get_alloc(s, KV_SSD_CKPT, 9, &got, &n, &err));
+    ASSERT_TRUE(n == 2 && memcmp(got, "v1", 2) == 0);
+    free(got);
+    /* removed while the newer version waits in the queue: the file goes */
+    kv_ssd_pause_writer(s, 1);
+    kv_ssd_put(s, KV_SSD_CKPT, 9, "v3", 2);
+    kv_ssd_remove(s, KV_SSD_CKPT, 9);
+    ASSERT_TRUE(access(p, F_OK) != 0);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.entries, 0);
+    ASSERT_EQ_U64(st.bytes, 0);
+    ASSERT_EQ_U64(st.pending, 0);
+    kv_ssd_close(s, 0);
+}
+
 int main(void)
 {
     RUN(test_put_get_round_trip_and_restart);
@@ -522,6 +872,14 @@ int main(void)
     RUN(test_checkpoints_replace_remove_and_expire);
     RUN(test_header_parser_rejects_garbage);
     RUN(test_ten_thousand_entries_index_quickly);
+    RUN(test_strange_names_never_block_or_get_served);
+    RUN(test_entry_swapped_for_a_fifo_after_the_scan);
+    RUN(test_symlinked_lock_and_quarantine_are_not_followed);
+    RUN(test_full_disk_pauses_writing_then_resumes);
+    RUN(test_free_space_reserve_refuses_before_writing);
+    RUN(test_checkpoints_expire_while_running);
+    RUN(test_checkpoint_bytes_count_toward_the_cap);
+    RUN(test_replaced_checkpoint_file_is_kept_or_removed_correctly);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'/kv_ssd_*_%d", KILN_BINARY_DIR, (int)getpid());
     if (system(cmd) != 0) fprintf(stderr, "could not remove the test directories\n");

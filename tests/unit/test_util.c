@@ -2,6 +2,8 @@
  * test_util.c — kiln_err, arena, checked math, half conversions, plat files.
  */
 #include "test.h"
+
+#include <sys/stat.h>
 #include "util/arena.h"
 #include "util/half.h"
 #include "util/kiln_err.h"
@@ -72,6 +74,26 @@ static void test_read_file_refuses_missing_and_large(void)
     ASSERT_TRUE(plat_cpu_count() >= 1);
 }
 
+/* A FIFO where a file is expected (tokenizer.json, a safetensors shard) is
+ * refused at once instead of blocking until a writer appears. */
+static void test_read_and_map_refuse_a_fifo_without_blocking(void)
+{
+    kiln_err err;
+    char path[256], *buf = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/util_fifo_%d", KILN_BINARY_DIR, (int)getpid());
+    unlink(path);
+    ASSERT_TRUE(mkfifo(path, 0600) == 0);
+    alarm(30); /* a blocking open would hang the test here */
+    kiln_code a = plat_read_file(path, 100, &buf, &len, &err);
+    plat_map m;
+    kiln_code b = plat_map_file(path, &m, &err);
+    alarm(0);
+    unlink(path);
+    ASSERT_CODE(a, KILN_E_IO);
+    ASSERT_CODE(b, KILN_E_IO);
+}
+
 int main(void)
 {
     RUN(test_fail_fills_code_and_message);
@@ -79,5 +101,6 @@ int main(void)
     RUN(test_checked_math_reports_overflow);
     RUN(test_half_conversions_are_exact);
     RUN(test_read_file_refuses_missing_and_large);
+    RUN(test_read_and_map_refuse_a_fifo_without_blocking);
     return TEST_DONE();
 }
