@@ -8,14 +8,17 @@
 #include "engine/eng_admit.h"
 #include "engine/eng_fit.h"
 #include "engine/eng_fit_report.h"
+#include "server/srv.h"
 #include "weights/wt_set.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-/* The responses store a default `kiln serve` keeps (--responses-store-mib 64). */
-#define CLI_FIT_SERVER_BYTES ((uint64_t)64 << 20)
+/* The server memory a default `kiln serve` keeps: the responses store
+ * (--responses-store-mib 64) and the request memory (--request-memory, 4 x the
+ * default --max-body of 4 MiB). */
+#define CLI_FIT_SERVER_BYTES (((uint64_t)64 << 20) + srv_request_memory_default((size_t)4 << 20))
 
 static double gib(uint64_t b)
 {

@@ -40,6 +40,7 @@ typedef struct {
     int tool_family; /* srv_tc_family, or -1: detect from the chat template */
     int64_t port, batch, ctx, max_tokens, top_k, max_queue, threads, max_body;
     double temperature, top_p, min_p, prompt_cache, timeout, responses_ttl, responses_store_mib;
+    double request_memory_mib; /* --request-memory; 0 = default (srv_request_memory_default) */
     double memory_budget, kv_budget; /* decimal GB; 0 = none */
     double max_stall_ms;             /* prefill time per step beside streams; < 0 = default */
     int64_t max_conns, max_conns_ip; /* --max-connections, --max-connections-per-ip */
@@ -136,7 +137,9 @@ static int plan_memory(const serve_flags *f, const char *dir, const wt_config *c
     in.budget_bytes = (uint64_t)(f->memory_budget * 1e9);
     in.env_limit = f->env_limit;
     in.ctx_explicit = f->ctx > 0;
-    in.overhead_bytes = eng_admit_overhead_for_dir(dir, sc->responses_store_bytes, base.o.max_seqs);
+    /* the server's own memory: the Responses store and the requests' bodies and JSON */
+    in.overhead_bytes = eng_admit_overhead_for_dir(
+        dir, (uint64_t)sc->responses_store_bytes + sc->request_memory, base.o.max_seqs);
     if (f->prompt_cache > 0) {
         /* --prompt-cache GiB of blocks beyond batch x ctx, at the KV format's bytes */
         double extra = f->prompt_cache * 1073741824.0 /
@@ -212,6 +215,9 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     sc.grammar_ws = (int32_t)f->grammar_ws;
     sc.responses_ttl_s = f->responses_ttl;
     sc.responses_store_bytes = (size_t)(f->responses_store_mib * 1048576.0);
+    sc.request_memory = f->request_memory_mib > 0
+                            ? (size_t)(f->request_memory_mib * 1048576.0)
+                            : srv_request_memory_default(sc.max_body);
     sc.defaults = pick_defaults(f, flags, &cfg);
     sc.timeout_s = f->timeout;
     sc.unix_path = f->unix_path;
@@ -405,6 +411,10 @@ int cli_serve(int argc, char **argv)
         {"responses-store-mib", CLI_FLOAT, &f.responses_store_mib, "MIB",
          "memory for stored /v1/responses conversations, least recently used evicted (default 64)",
          0},
+        {"request-memory", CLI_FLOAT, &f.request_memory_mib, "MIB",
+         "memory for the bodies and parsed JSON of the requests in flight, inside --memory-budget; "
+         "past it 503 + Retry-After (default 4 x --max-body: 16)",
+         0},
         {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)",
          0},
         {"max-connections", CLI_INT, &f.max_conns, "N",
@@ -476,6 +486,13 @@ int cli_serve(int argc, char **argv)
     }
     if (f.ssd_cache_max < 0 || (f.ssd_cache_max > 0 && !f.ssd_cache)) {
         fprintf(stderr, "kiln serve: --ssd-cache-max needs --ssd-cache and must be >= 0\n");
+        return 2;
+    }
+    if (f.request_memory_mib < 0 ||
+        (f.request_memory_mib > 0 && f.request_memory_mib * 1048576.0 < (double)f.max_body + 1)) {
+        fprintf(stderr, "kiln serve: --request-memory must hold one body of --max-body (%lld "
+                        "bytes)\n",
+                (long long)f.max_body);
         return 2;
     }
     if (f.responses_ttl <= 0 || f.responses_store_mib <= 0) {

@@ -42,6 +42,10 @@ typedef struct {
     const char *model_dir;   /* BORROWED during srv_start: chat template source */
     const char *api_key;     /* BORROWED during srv_start; NULL = no auth */
     size_t max_body;         /* bytes; larger bodies get 413 */
+    size_t request_memory;   /* bytes held at once by the requests in flight: bodies as they
+                                arrive and the JSON parsed from them (kiln_json.h); past it a
+                                request gets 503 + Retry-After (413 alone). 0 = default:
+                                srv_request_memory_default(max_body) */
     int32_t ctx;             /* context per sequence (tokens); srv_attach sets the real one */
     int32_t max_tokens;      /* server cap on generated tokens; 0 = none */
     int32_t batch;           /* concurrent sequences (for /stats) */
@@ -83,6 +87,9 @@ typedef struct {
 
 /* API */
 srv_config srv_config_default(void);
+/* The default request memory cap: 4 x max_body (16 MiB at the default 4 MiB):
+ * one largest body with its parsed JSON, or several smaller requests. */
+size_t srv_request_memory_default(size_t max_body);
 /* Binds and starts listening (a clear KILN_E_IO when the port is taken).
  * Until srv_attach, /health answers 503 and generation routes 503.
  * *out is OWNED by the caller (srv_stop). */

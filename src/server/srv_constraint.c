@@ -17,6 +17,7 @@
  * Threads: no shared state; HTTP threads.
  */
 #include "server/srv_constraint.h"
+#include "server/srv_json.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -223,7 +224,7 @@ static gr_expr tool_args(cb *c, const json_t *t)
 static gr_expr json_lit(cb *c, const char *s, bool from_open)
 {
     json_t *j = json_string(s);
-    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    char *t = j ? srv_json_dump(j, NULL) : NULL; /* kiln's malloc: free() is right */
     json_decref(j);
     gr_expr x = t ? gr_str(c->b, t + (from_open ? 1 : 0)) : -1;
     free(t);

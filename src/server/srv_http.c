@@ -21,6 +21,7 @@
 #include "server/srv_json.h"
 #include "server/srv_responses.h"
 #include "server/srv_webui.h"
+#include "util/kiln_json.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
 
@@ -113,7 +114,10 @@ typedef struct {
     srv_server *s;
     const route *rt;
     srv_buf body;   /* OWNED: the request body so far, (1) */
+    uint64_t reserved; /* request memory reserved for the body (kiln_json.h), released at the end */
     bool too_large;
+    bool no_memory;    /* the body did not fit in the request memory: 503 (or 413) at its end */
+    uint64_t refused;  /* the capacity body_add could not reserve */
     bool answered;  /* an error was queued on the first call */
     bool via_unix;  /* accepted on the --unix socket */
     int fd;
@@ -403,18 +407,28 @@ static MHD_RESULT do_webui(srv_conn *cn, struct MHD_Connection *c)
 
 /* ---------------------------------------------------------------- dispatch */
 
+static srv_error reqmem_error(const srv_conn *cn, uint64_t need, const char *what);
+
 static MHD_RESULT do_generate(srv_conn *cn, struct MHD_Connection *c, srv_api api)
 {
     srv_request r;
     char param[64];
     kiln_err err;
     const char *b = cn->body.p ? cn->body.p : "";
+    /* the request's JSON (the body's tree and what parsing derives from it: tool
+     * arguments parsed into objects, Responses items into messages) is charged to
+     * the request memory until the request is freed */
+    uint64_t bf0 = kiln_json_budget_failures();
+    bool was = kiln_json_charge(true);
     kiln_code prc = api == SRV_API_ANTHROPIC ? srv_parse_anthropic(b, cn->body.len, &r, param, &err)
                     : api == SRV_API_RESPONSES
                         ? srv_parse_responses(cn->s->rstore, b, cn->body.len, &r, param, &err)
                         : srv_parse_request(api, b, cn->body.len, &r, param, &err);
+    kiln_json_charge(was);
     if (prc) {
-        srv_error e = srv_error_from(&err, param[0] ? param : NULL);
+        srv_error e = kiln_json_budget_failures() != bf0
+                          ? reqmem_error(cn, kiln_json_budget_need(), "the request's parsed JSON")
+                          : srv_error_from(&err, param[0] ? param : NULL);
         return send_error(cn, c, &e);
     }
     bool stream = r.stream;
@@ -484,6 +498,62 @@ static int key_ok(const srv_server *s, struct MHD_Connection *c)
     return 0;
 }
 
+/* ---------------------------------------------------------------- request memory */
+
+/* Appends to the body, its capacity reserved in the request memory account
+ * first (kiln_json.h): false when the account is full or malloc failed. */
+static bool body_add(srv_conn *cn, const char *d, size_t n)
+{
+    srv_buf *b = &cn->body;
+    size_t need = b->len + n + 1;
+    if (need > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096, lim = cn->s->cfg.max_body + 1;
+        if (cap < need) cap = need;
+        if (cap > lim && need <= lim) cap = lim;
+        if (cap > cn->reserved) {
+            if (!kiln_reqmem_reserve(cap - cn->reserved)) {
+                cn->refused = cap;
+                return false;
+            }
+            cn->reserved = cap;
+        }
+        char *np = realloc(b->p, cap);
+        if (!np) return false;
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, d, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return true;
+}
+
+static void body_drop(srv_conn *cn)
+{
+    srv_buf_free(&cn->body);
+    kiln_reqmem_release(cn->reserved);
+    cn->reserved = 0;
+}
+
+/* need bytes of request memory were refused: 413 when they can never fit,
+ * else 503 + Retry-After (others hold the rest). */
+static srv_error reqmem_error(const srv_conn *cn, uint64_t need, const char *what)
+{
+    uint64_t cap = kiln_reqmem_cap(), used = kiln_reqmem_used();
+    uint64_t mine = cn->reserved;
+    if (cap && need + mine > cap)
+        return srv_error_make(KILN_E_TOO_LARGE, NULL,
+                              "%s needs more than %llu bytes of request memory, more than the "
+                              "%llu the server has for all requests in flight (--request-memory)",
+                              what, (unsigned long long)(need + mine), (unsigned long long)cap);
+    return srv_error_make(SRV_E_OVERLOADED, NULL,
+                          "%s needs more than %llu bytes of request memory; %llu of %llu are "
+                          "held by other requests in flight (--request-memory): retry later",
+                          what, (unsigned long long)need,
+                          (unsigned long long)(used > mine ? used - mine : 0),
+                          (unsigned long long)cap);
+}
+
 /* First call: decide whether to read the body at all. */
 static MHD_RESULT first_call(srv_conn *cn, struct MHD_Connection *c, const char *url,
                              const char *method)
@@ -521,7 +591,19 @@ static MHD_RESULT first_call(srv_conn *cn, struct MHD_Connection *c, const char 
     } else if (cl && strtoull(cl, NULL, 10) > cn->s->cfg.max_body) {
         e = srv_error_make(KILN_E_TOO_LARGE, NULL, "request body of %.24s bytes is over the "
                            "limit of %zu bytes (--max-body)", cl, cn->s->cfg.max_body);
+    } else if (cl && strtoull(cl, NULL, 10) > 0 &&
+               !kiln_reqmem_reserve(strtoull(cl, NULL, 10) + 1)) {
+        /* the whole body is reserved before it is read: it arrives into that */
+        e = reqmem_error(cn, strtoull(cl, NULL, 10) + 1, "the request body");
     } else {
+        if (cl && strtoull(cl, NULL, 10) > 0) {
+            cn->reserved = strtoull(cl, NULL, 10) + 1;
+            cn->body.p = malloc(cn->reserved);
+            if (cn->body.p) {
+                cn->body.cap = cn->reserved;
+                cn->body.p[0] = 0;
+            }
+        }
         return MHD_YES;
     }
     cn->answered = true;
@@ -552,12 +634,13 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         return first_call(cn, c, url, method);
     }
     if (*upload_size) {
-        if (!cn->answered && !cn->too_large) {
+        if (!cn->answered && !cn->too_large && !cn->no_memory) {
             if (cn->body.len + *upload_size > s->cfg.max_body) {
                 cn->too_large = true; /* (1) */
-                srv_buf_free(&cn->body);
-            } else if (srv_buf_add(&cn->body, upload_data, *upload_size)) {
-                cn->too_large = true;
+                body_drop(cn);
+            } else if (!body_add(cn, upload_data, *upload_size)) {
+                cn->no_memory = true;
+                body_drop(cn);
             }
         }
         *upload_size = 0;
@@ -571,6 +654,10 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
                                      "bytes (--max-body)", s->cfg.max_body);
         return send_error(cn, c, &e);
     }
+    if (cn->no_memory) {
+        srv_error e = reqmem_error(cn, cn->refused, "the request body");
+        return send_error(cn, c, &e);
+    }
     return dispatch(cn, c);
 }
 
@@ -580,7 +667,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_conn *cn = *con_cls;
     if (!cn) return;
     srv_conns_end(cn->s->conns, cn->rec);
-    srv_buf_free(&cn->body);
+    body_drop(cn);
     free(cn);
     *con_cls = NULL;
 }
@@ -769,6 +856,11 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+size_t srv_request_memory_default(size_t max_body)
+{
+    return max_body <= SIZE_MAX / 8 ? 4 * max_body : SIZE_MAX / 2;
+}
+
 srv_config srv_config_default(void)
 {
     srv_config c = {
@@ -829,6 +921,8 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
     srv_server *s = calloc(1, sizeof *s);
     if (!s) return kiln_fail(err, KILN_E_NOMEM, "server: out of memory");
     s->cfg = *c;
+    if (!s->cfg.request_memory) s->cfg.request_memory = srv_request_memory_default(c->max_body);
+    kiln_reqmem_set_cap(s->cfg.request_memory); /* process-wide: one server per process */
     s->listen_fd = -1;
     s->unix_fd = -1;
     pthread_mutex_init(&s->mu, NULL);

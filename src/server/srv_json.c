@@ -93,11 +93,19 @@ size_t srv_utf8_valid_prefix(const char *s, size_t len)
     return i;
 }
 
+json_t *srv_json_load_request(const char *body, size_t len, size_t flags, json_error_t *je)
+{
+    bool was = kiln_json_charge(true);
+    json_t *j = json_loadb(body, len, flags, je);
+    kiln_json_charge(was);
+    return j;
+}
+
 kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err)
 {
     json_error_t je;
     uint64_t f0 = kiln_json_failures(); /* jansson may carry on after a failed allocation */
-    *out = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    *out = srv_json_load_request(body, len, JSON_REJECT_DUPLICATES, &je);
     if (kiln_json_failures() != f0) {
         json_decref(*out);
         *out = NULL;

@@ -9,6 +9,7 @@
  */
 #include "server/srv_openai.h"
 #include "server/srv_constraint.h"
+#include "server/srv_json.h"
 #include "util/kiln_json.h"
 #include "server/srv_toolreq.h"
 
@@ -435,7 +436,7 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
     out->parallel_tool_calls = true;
     json_error_t jerr;
     uint64_t f0 = kiln_json_failures(); /* jansson may carry on after a failed allocation */
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = srv_json_load_request(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (kiln_json_failures() != f0) {
         json_decref(root);
         return kiln_fail(err, KILN_E_NOMEM, "out of memory reading the request");

@@ -7,6 +7,7 @@
 #include "server/srv_int.h"
 #include "server/srv_anthropic.h"
 #include "server/srv_json.h"
+#include "util/kiln_json.h"
 #include "util/plat.h"
 
 #include <stdlib.h>
@@ -195,10 +196,17 @@ int srv_route_stats(srv_server *s, json_t **body)
     srv_rstore_stats rs = srv_rstore_get_stats(s->rstore);
     if (j)
         json_object_set_new(j, "responses_store",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "entries", (json_int_t)rs.entries,
-                                      "bytes", (json_int_t)rs.bytes, "stored", (json_int_t)rs.stored, "hits",
-                                      (json_int_t)rs.hits, "misses", (json_int_t)rs.misses, "evicted",
-                                      (json_int_t)rs.evicted, "expired", (json_int_t)rs.expired));
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "entries",
+                                      (json_int_t)rs.entries, "bytes", (json_int_t)rs.bytes,
+                                      "stored", (json_int_t)rs.stored, "hits", (json_int_t)rs.hits,
+                                      "misses", (json_int_t)rs.misses, "evicted",
+                                      (json_int_t)rs.evicted, "expired", (json_int_t)rs.expired,
+                                      "refused", (json_int_t)rs.refused));
+    if (j)
+        json_object_set_new(j, "request_memory",
+                            json_pack("{s:I, s:I, s:I}", "used", (json_int_t)kiln_reqmem_used(),
+                                      "peak", (json_int_t)kiln_reqmem_peak(), "max",
+                                      (json_int_t)kiln_reqmem_cap()));
     if (j && st.ssd_on) json_object_set_new(j, "ssd_cache", srv_ssd_stats_json(&st));
     *body = j;
     return j ? 200 : 500;
@@ -217,7 +225,7 @@ int srv_route_metrics(srv_server *s, srv_buf *text)
 static json_t *load_object(const char *req, size_t len, json_t **body, int *status)
 {
     json_error_t je;
-    json_t *j = json_loadb(req, len, 0, &je);
+    json_t *j = srv_json_load_request(req, len, 0, &je);
     if (!json_is_object(j)) {
         json_decref(j);
         *status = fail(body, KILN_E_INVALID, NULL, "the request body must be a JSON object");

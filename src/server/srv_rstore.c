@@ -12,6 +12,7 @@
  * Errors: only create fails (out of memory); a put that cannot allocate is dropped.
  */
 #include "server/srv_rstore.h"
+#include "util/kiln_json.h"
 #include "util/plat.h"
 
 #include <pthread.h>
@@ -21,7 +22,7 @@
 typedef struct entry {
     char *id;             /* OWNED */
     json_t *messages;     /* OWNED */
-    size_t bytes;         /* serialized size, the unit of the cap */
+    size_t bytes;         /* memory held (the copy's allocations, id, entry), the unit of the cap */
     double t_put;         /* plat_now() at put */
     struct entry *prev, *next;
 } entry;
@@ -82,18 +83,34 @@ void srv_rstore_destroy(srv_rstore *s)
     free(s);
 }
 
+/* The cap counts memory, not text: what the copy's allocations hold (a JSON
+ * value costs tens of bytes per element whatever its text — a million-element
+ * array of 0 is 2 MB of text and ~70 MB of values), measured through
+ * kiln_json's allocator; with jansson's own allocator (no kiln_json_init:
+ * some tests) the serialized size stands in. */
 void srv_rstore_put(srv_rstore *s, const char *id, const json_t *messages)
 {
     entry *e = calloc(1, sizeof *e);
-    char *text = json_dumps(messages, JSON_COMPACT);
-    if (!e || !text) goto fail;
-    e->bytes = strlen(text) + strlen(id) + sizeof *e;
-    free(text);
-    text = NULL;
-    if (e->bytes > s->max_bytes) goto fail;
+    char *text = NULL;
+    if (!e) goto fail;
     e->id = strdup(id);
+    uint64_t f0 = kiln_json_failures();
+    int64_t n0 = kiln_json_net_bytes();
     e->messages = json_deep_copy(messages);
-    if (!e->id || !e->messages) goto fail;
+    int64_t held = kiln_json_net_bytes() - n0;
+    if (!e->id || !e->messages || kiln_json_failures() != f0) goto fail;
+    if (held <= 0) {
+        text = json_dumps(messages, JSON_COMPACT);
+        if (!text) goto fail;
+        held = (int64_t)strlen(text);
+    }
+    e->bytes = (size_t)held + strlen(id) + 1 + sizeof *e;
+    if (e->bytes > s->max_bytes) { /* larger than the whole store: not kept */
+        pthread_mutex_lock(&s->mu);
+        s->st.refused++;
+        pthread_mutex_unlock(&s->mu);
+        goto fail;
+    }
     e->t_put = plat_now();
     pthread_mutex_lock(&s->mu);
     while (s->tail && (size_t)s->st.bytes + e->bytes > s->max_bytes) {

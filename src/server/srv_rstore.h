@@ -22,6 +22,7 @@ typedef struct srv_rstore srv_rstore;
 typedef struct {
     int64_t entries, bytes;           /* now */
     int64_t stored, hits, misses, evicted, expired; /* totals */
+    int64_t refused; /* entries larger than the whole cap, not kept (total) */
 } srv_rstore_stats;
 
 /* API */

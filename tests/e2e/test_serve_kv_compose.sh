@@ -128,7 +128,7 @@ check "d: 4 concurrent q8 requests ($steps steps, < 4 x 48: batched) each equal 
 e2e_stop "$BT_PID"
 
 # ---- e. --memory-budget: q4 vs f32 KV (batch 1, a budget ~1-2 MB over the fixed part)
-BUDGET=0.1068
+BUDGET=0.12358 # 0.1068 + the 16 MiB of default --request-memory
 e2e_server E0 --model "$MODEL" --ctx 65536 --batch 1 --memory-budget $BUDGET || exit 1
 e2e_server E4 --model "$MODEL" --ctx 65536 --batch 1 --memory-budget $BUDGET --kv-quant 4 || exit 1
 ok=1
