@@ -147,15 +147,22 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
     f->kv_pool_bytes = (f->kv_bytes_per_token_full * (uint64_t)o->n_blocks_full +
                         f->kv_bytes_per_token * (uint64_t)(o->n_blocks - o->n_blocks_full)) *
                        (uint64_t)o->block_tokens;
-    f->scratch_bytes = mdl_scratch_bytes(c, o->n_threads, o->max_step_tokens, o->max_seqs, o->ctx, NULL);
+    mdl_plan plan;
+    if (mdl_plan_build(c, &plan, NULL) == KILN_OK) {
+        f->scratch_bytes =
+            mdl_scratch_bytes(&plan, o->n_threads, o->max_step_tokens, o->max_seqs, o->ctx, NULL);
+        mdl_plan_free(&plan);
+    }
     f->logits_bytes = (uint64_t)o->logit_rows * (uint64_t)c->vocab * 4;
     /* sampler scratch; f32 copies of norms and biases; pool metadata and index */
     uint64_t vecs = (uint64_t)c->n_layers *
-                    (uint64_t)(2 * c->hidden + 2 * c->head_dim + (c->n_heads + 2 * c->n_kv_heads) * c->head_dim +
-                               2 * c->intermediate + c->hidden) * 4;
+                    (uint64_t)(2 * c->hidden + 2 * c->head_dim +
+                               (c->n_heads + 2 * c->n_kv_heads) * c->head_dim +
+                               2 * c->intermediate + c->hidden) *
+                    4;
     f->other_bytes = eng_sample_scratch_bytes(c->vocab) + vecs + (uint64_t)o->n_blocks * 64;
-    f->total_bytes = f->weights_bytes + f->kv_pool_bytes + f->scratch_bytes + f->logits_bytes +
-                     f->other_bytes;
+    f->total_bytes =
+        f->weights_bytes + f->kv_pool_bytes + f->scratch_bytes + f->logits_bytes + f->other_bytes;
     /* decode streams every weight except the embedding table (one row), plus
      * the K/V of the context so far (ctx/2 on average; a sliding layer reads
      * only its window, whether or not its blocks are capped) */
@@ -167,12 +174,13 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
     if (!c->tie_word_embeddings) {
         /* the untied table is only gathered: subtract its share (its bytes per
          * element are those of the whole file, close enough for a prediction) */
-        uint64_t params = (uint64_t)c->n_layers *
-                              (uint64_t)((c->n_heads + 2 * c->n_kv_heads) * c->head_dim * c->hidden +
-                                         c->n_heads * c->head_dim * c->hidden +
-                                         3 * c->intermediate * c->hidden) +
-                          2 * embed;
-        if (params > 0) f->read_per_token -= (uint64_t)((double)weights_bytes * (double)embed / (double)params);
+        uint64_t params =
+            (uint64_t)c->n_layers *
+                (uint64_t)((c->n_heads + 2 * c->n_kv_heads) * c->head_dim * c->hidden +
+                           c->n_heads * c->head_dim * c->hidden + 3 * c->intermediate * c->hidden) +
+            2 * embed;
+        if (params > 0)
+            f->read_per_token -= (uint64_t)((double)weights_bytes * (double)embed / (double)params);
     }
 }
 
@@ -213,8 +221,10 @@ int32_t eng_fit_max_ctx(const wt_config *c, uint64_t weights_bytes, const eng_ru
         o.ctx = mid * bt;
         eng_fit f;
         eng_fit_compute(c, weights_bytes, &o, &f);
-        if (f.total_bytes <= budget) lo = mid;
-        else hi = mid - 1;
+        if (f.total_bytes <= budget)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo * bt;
 }
@@ -244,7 +254,8 @@ double eng_measure_bandwidth(int n_threads)
     size_t bytes = (size_t)512 << 20, n = bytes / 8;
     uint64_t *buf = malloc(bytes);
     if (!buf) return 0.0;
-    for (size_t i = 0; i < n; i++) buf[i] = i;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i;
     kn_pool *pool = NULL;
     if (n_threads > 1 && kn_pool_create(n_threads, &pool, NULL) != KILN_OK) pool = NULL;
     bw_ctx c = {.buf = buf};
