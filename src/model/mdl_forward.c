@@ -35,6 +35,8 @@ struct mdl_ctx {
     int64_t attn_scratch; /* floats per thread */
     int32_t read_window;  /* every layer reads at most this many positions back; 0 = all */
     arena ar;             /* OWNED */
+    float *hidden_out;    /* BORROWED [hidden_rows, hidden]: the hidden-state tap; NULL = off */
+    int32_t hidden_rows;
 };
 
 /* ---------------------------------------------------------------- sizing */
@@ -110,6 +112,12 @@ void mdl_ctx_free(mdl_ctx *cx)
 size_t mdl_ctx_scratch_bytes(const mdl_ctx *cx)
 {
     return cx->ar.cap;
+}
+
+void mdl_ctx_set_hidden_out(mdl_ctx *cx, float *rows, int32_t max_rows)
+{
+    cx->hidden_out = rows;
+    cx->hidden_rows = rows ? max_rows : 0;
 }
 
 /* ---------------------------------------------------------------- shared stages */
@@ -261,6 +269,10 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
                   .attn_scratch = cx->attn_scratch};
     kiln_code rc = check_batch(cx, seqs, n_seqs, kv_pool_cfg(kv)->block_tokens, &s.T, err);
     if (rc) return rc;
+    if (cx->hidden_out && s.T > cx->hidden_rows)
+        return kiln_fail(err, KILN_E_INVALID,
+                         "step of %d tokens is over the hidden-state tap's %d rows", (int)s.T,
+                         (int)cx->hidden_rows);
     s.grain = s.T > 64 ? 16 : 1;
     arena_reset(&cx->ar);
     if ((rc = step_alloc(&s, err))) return rc;
@@ -275,12 +287,14 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
             kn_rmsnorm(s.h + (n_out++) * H, s.x + (row + j) * H, m->final_norm, H, eps, 0.0f);
         row += seqs[i].n_tokens;
     }
-    if (n_out == 0) return KILN_OK;
-    kn_matmul(cx->pool, &m->lm_head, s.h, n_out, logits);
-    if (p->logit_softcap > 0) {
+    if (n_out > 0) kn_matmul(cx->pool, &m->lm_head, s.h, n_out, logits);
+    if (n_out > 0 && p->logit_softcap > 0) {
         float c = p->logit_softcap;
         for (int64_t i = 0; i < n_out * p->vocab; i++)
             logits[i] = c * tanhf(logits[i] / c);
     }
+    if (cx->hidden_out) /* the same per-row norm as above: a row's bits do not depend on the batch */
+        for (int64_t r = 0; r < s.T; r++)
+            kn_rmsnorm(cx->hidden_out + r * H, s.x + r * H, m->final_norm, H, eps, 0.0f);
     return KILN_OK;
 }

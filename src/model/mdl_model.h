@@ -80,7 +80,13 @@ size_t mdl_ctx_scratch_bytes(const mdl_ctx *cx);
 /* The batched step. Writes K/V of the new tokens into their blocks and logits
  * [Σ n_logits, vocab] (sequence order). Errors: KILN_E_INVALID for a token id
  * out of range or a batch over the context's limits. */
-kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_seqs, float *logits,
-                      kiln_err *err);
+kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_seqs,
+                      float *logits, kiln_err *err);
+/* The hidden-state tap (embeddings): while rows is non-NULL, every mdl_forward
+ * also writes the final-normed hidden state of every token it runs (what
+ * transformers calls last_hidden_state) into rows [T, hidden], T = the step's
+ * Σ n_tokens in batch order; a step of more than max_rows tokens fails with
+ * KILN_E_INVALID. rows is BORROWED until the tap is set again; NULL turns it off. */
+void mdl_ctx_set_hidden_out(mdl_ctx *cx, float *rows, int32_t max_rows);
 
 #endif
