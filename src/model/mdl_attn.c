@@ -18,7 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* qk-norm, RoPE, and K/V into the token's block slot. */
+/* qk-norm, RoPE, and (a layer that stores K/V) K/V into the token's block
+ * slot of the layer's group. */
 static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
 {
     (void)tid;
@@ -28,6 +29,7 @@ static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     float eps = (float)s->m->cfg.rms_eps;
     int64_t hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads;
     int32_t bt = kv_pool_cfg(s->kv)->block_tokens, L = p->kv_src;
+    int stores = L == s->layer, g = kv_pool_layer_group(s->kv, L);
     const mdl_rope *rope = p->rope >= 0 ? &s->m->rope[p->rope] : NULL;
     for (int64_t t = t0; t < t1; t++) {
         float *q = s->q + t * nh * hd, *k = s->k + t * nkv * hd, *v = s->v + t * nkv * hd;
@@ -36,6 +38,7 @@ static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
             if (ly->attn.q_norm) kn_rmsnorm(q + h * hd, q + h * hd, ly->attn.q_norm, hd, eps, 0.0f);
             if (rope) kn_rope_neox(q + h * hd, rope->rot, cs);
         }
+        if (!stores) continue; /* KV-shared: the donor wrote this step's K/V already */
         for (int64_t h = 0; h < nkv; h++) {
             if (ly->attn.k_norm) kn_rmsnorm(k + h * hd, k + h * hd, ly->attn.k_norm, hd, eps, 0.0f);
             if (rope) kn_rope_neox(k + h * hd, rope->rot, cs);
@@ -43,7 +46,7 @@ static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         /* each head's row is encoded on its own: its bytes depend on that row only */
         const mdl_seq *sq = &s->seqs[s->tok_seq[t]];
         int32_t pos = s->tok_pos[t];
-        kv_block_id b = sq->blocks[pos / bt];
+        kv_block_id b = sq->blocks[g][pos / bt];
         kn_kv_fmt f = kv_pool_layer_fmt(s->kv, b, L);
         size_t rec = kn_kv_rec_bytes(f, (int32_t)hd), off = (size_t)(pos % bt) * (size_t)nkv * rec;
         uint8_t *kd = (uint8_t *)kv_pool_layer_k(s->kv, b, L) + off;
@@ -92,12 +95,13 @@ kiln_code mdl_attn_alloc(mdl_step *s, arena *a, kiln_err *err)
     return KILN_OK;
 }
 
-/* Points each sequence's attention at the K/V layer's blocks, this layer's
- * geometry and its rows of q/att. */
+/* Points each sequence's attention at the K/V layer's blocks (its group's
+ * table), this layer's geometry and its rows of q/att. */
 static void bind_layer(mdl_step *s)
 {
     const mdl_layer_plan *p = s->ly->p;
     int32_t L = p->kv_src, bt = kv_pool_cfg(s->kv)->block_tokens;
+    int g = kv_pool_layer_group(s->kv, L);
     int64_t qd = (int64_t)p->n_heads * p->head_dim, row = 0;
     kn_attn_args *aa = s->aa;
     const kv_format *kf = kv_pool_cfg(s->kv)->fmt;
@@ -106,9 +110,10 @@ static void bind_layer(mdl_step *s)
         kn_attn_args *a = &aa[i];
         int32_t nb = (sq->pos0 + sq->n_tokens + bt - 1) / bt;
         const void **kp = (const void **)a->k_blocks, **vp = (const void **)a->v_blocks;
-        for (int32_t j = 0; j < nb; j++) { /* -1: given back, out of every window */
-            kp[j] = sq->blocks[j] >= 0 ? kv_pool_layer_k(s->kv, sq->blocks[j], L) : NULL;
-            vp[j] = sq->blocks[j] >= 0 ? kv_pool_layer_v(s->kv, sq->blocks[j], L) : NULL;
+        const kv_block_id *tab = sq->blocks[g];
+        for (int32_t j = 0; j < nb; j++) { /* -1: given back, out of the group's window */
+            kp[j] = tab[j] >= 0 ? kv_pool_layer_k(s->kv, tab[j], L) : NULL;
+            vp[j] = tab[j] >= 0 ? kv_pool_layer_v(s->kv, tab[j], L) : NULL;
         }
         /* a block's class follows from its index: the full-precision blocks
          * (--quantized-kv-start) are the sequence's first ones */
@@ -138,11 +143,13 @@ void mdl_attn_forward(mdl_step *s)
     int64_t T = s->T, H = s->m->plan.hidden;
     int64_t qd = (int64_t)p->n_heads * p->head_dim, kd = (int64_t)p->n_kv_heads * p->head_dim;
     kn_matmul(pool, &at->wq, s->h, T, s->q);
-    kn_matmul(pool, &at->wk, s->h, T, s->k);
-    kn_matmul(pool, &at->wv, s->h, T, s->v);
     mdl_add_bias_rows(s->q, at->bq, T, qd);
-    mdl_add_bias_rows(s->k, at->bk, T, kd);
-    mdl_add_bias_rows(s->v, at->bv, T, kd);
+    if (p->kv_src == s->layer) {
+        kn_matmul(pool, &at->wk, s->h, T, s->k);
+        kn_matmul(pool, &at->wv, s->h, T, s->v);
+        mdl_add_bias_rows(s->k, at->bk, T, kd);
+        mdl_add_bias_rows(s->v, at->bv, T, kd);
+    }
     kn_pool_for(pool, T, s->grain, qkv_rows, s);
     bind_layer(s);
     kn_pool_for(pool, (int64_t)s->n_seqs * p->n_kv_heads, 1, attn_items, s);

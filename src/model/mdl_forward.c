@@ -33,7 +33,6 @@ struct mdl_ctx {
     int32_t max_tokens, max_seqs, max_ctx;
     int n_threads;
     int64_t attn_scratch; /* floats per thread */
-    int32_t read_window;  /* every layer reads at most this many positions back; 0 = all */
     arena ar;             /* OWNED */
     float *hidden_out;    /* BORROWED [hidden_rows, hidden]: the hidden-state tap; NULL = off */
     int32_t hidden_rows;
@@ -83,14 +82,6 @@ kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens, 
     cx->max_seqs = max_seqs;
     cx->max_ctx = max_ctx;
     cx->n_threads = pool ? kn_pool_threads(pool) : 1;
-    for (int32_t L = 0; L < m->plan.n_layers; L++) {
-        int32_t w = m->plan.layer[L].window;
-        if (w <= 0) {
-            cx->read_window = 0; /* a full-attention layer reads every position */
-            break;
-        }
-        if (w > cx->read_window) cx->read_window = w;
-    }
     size_t bytes = mdl_scratch_bytes(&m->plan, cx->n_threads, max_tokens, max_seqs, max_ctx,
                                      &cx->attn_scratch);
     kiln_code rc = arena_init(&cx->ar, bytes, err);
@@ -153,9 +144,10 @@ void mdl_norm_rows(mdl_step *s, float *out, const float *in, const float *w, int
 
 /* ---------------------------------------------------------------- the step */
 
-static kiln_code check_batch(const mdl_ctx *cx, const mdl_seq *seqs, int32_t n_seqs, int32_t bt,
-                             int32_t *T_out, kiln_err *err)
+static kiln_code check_batch(const mdl_ctx *cx, const kv_pool *kv, const mdl_seq *seqs,
+                             int32_t n_seqs, int32_t *T_out, kiln_err *err)
 {
+    int32_t bt = kv_pool_cfg(kv)->block_tokens;
     if (n_seqs < 1 || n_seqs > cx->max_seqs)
         return kiln_fail(err, KILN_E_INVALID, "batch of %d sequences (limit %d)", (int)n_seqs,
                          (int)cx->max_seqs);
@@ -163,20 +155,25 @@ static kiln_code check_batch(const mdl_ctx *cx, const mdl_seq *seqs, int32_t n_s
     for (int32_t i = 0; i < n_seqs; i++) {
         const mdl_seq *s = &seqs[i];
         if (s->n_tokens < 1 || s->pos0 < 0 || s->n_logits < 0 || s->n_logits > s->n_tokens ||
-            (int64_t)s->pos0 + s->n_tokens > cx->max_ctx || !s->blocks || !s->tokens)
+            (int64_t)s->pos0 + s->n_tokens > cx->max_ctx || !s->tokens)
             return kiln_fail(err, KILN_E_INVALID,
                              "sequence %d: %d tokens at position %d do not fit the context (%d)",
                              (int)i, (int)s->n_tokens, (int)s->pos0, (int)cx->max_ctx);
-        /* every block attention reads (the window of pos0 onward) must be held:
-         * entries before it may have been given back (-1) */
-        int64_t lo = cx->read_window > 0 ? (int64_t)s->pos0 - cx->read_window + 1 : 0;
-        for (int64_t j = lo > 0 ? lo / bt : 0; j < ((int64_t)s->pos0 + s->n_tokens + bt - 1) / bt;
-             j++)
-            if (s->blocks[j] < 0)
-                return kiln_fail(
-                    err, KILN_E_INTERNAL,
-                    "sequence %d: block %lld is read at position %d but was given back", (int)i,
-                    (long long)j, (int)s->pos0);
+        /* every block attention reads (each group's window of pos0 onward) must
+         * be held: entries before it may have been given back (-1) */
+        for (int g = 0; g < kv_pool_n_groups(kv); g++) {
+            if (!s->blocks[g])
+                return kiln_fail(err, KILN_E_INVALID, "sequence %d: no block table for KV group %d",
+                                 (int)i, g);
+            int32_t first = kv_window_first_block(kv_pool_group_window(kv, g), bt, s->pos0);
+            for (int64_t j = first; j < ((int64_t)s->pos0 + s->n_tokens + bt - 1) / bt; j++)
+                if (s->blocks[g][j] < 0)
+                    return kiln_fail(
+                        err, KILN_E_INTERNAL,
+                        "sequence %d: block %lld of KV group %d is read at position %d but was "
+                        "given back",
+                        (int)i, (long long)j, g, (int)s->pos0);
+        }
         for (int32_t j = 0; j < s->n_tokens; j++)
             if (s->tokens[j] < 0 || s->tokens[j] >= vocab)
                 return kiln_fail(err, KILN_E_INVALID, "token id %d is out of range (vocab %lld)",
@@ -267,7 +264,7 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
                   .seqs = seqs,
                   .n_seqs = n_seqs,
                   .attn_scratch = cx->attn_scratch};
-    kiln_code rc = check_batch(cx, seqs, n_seqs, kv_pool_cfg(kv)->block_tokens, &s.T, err);
+    kiln_code rc = check_batch(cx, kv, seqs, n_seqs, &s.T, err);
     if (rc) return rc;
     if (cx->hidden_out && s.T > cx->hidden_rows)
         return kiln_fail(err, KILN_E_INVALID,

@@ -260,15 +260,3 @@ const mdl_plan *mdl_get_plan(const mdl_model *m)
 {
     return &m->plan;
 }
-
-kv_pool_config mdl_kv_shape(const mdl_model *m, int32_t n_blocks, int32_t block_tokens)
-{
-    kv_pool_config k = {
-        .n_blocks = n_blocks,
-        .block_tokens = block_tokens,
-        .n_layers = (int32_t)m->cfg.n_layers,
-        .n_kv_heads = (int32_t)m->cfg.n_kv_heads,
-        .head_dim = (int32_t)m->cfg.head_dim,
-    };
-    return k;
-}

@@ -29,22 +29,23 @@ typedef struct mdl_model mdl_model;
 typedef struct mdl_ctx mdl_ctx;
 
 typedef struct {
-    const int32_t *tokens;     /* [n_tokens] BORROWED */
-    int32_t n_tokens;          /* >= 1 */
-    int32_t pos0;              /* position of tokens[0] */
-    const kv_block_id *blocks; /* BORROWED block table covering [0, pos0 + n_tokens); with
-                                  sliding-window layers only, entries before the
-                                  window of pos0 may be -1 (given back, never read) */
-    int32_t n_logits;          /* logits for the last n_logits tokens, 0..n_tokens */
-    int32_t rope_len;          /* sequence length dynamic-NTK RoPE scales for (HF uses the
-                                  length of the forward: the whole prompt at prefill, pos+1
-                                  when decoding); 0 = pos0 + n_tokens */
+    const int32_t *tokens;                    /* [n_tokens] BORROWED */
+    int32_t n_tokens;                         /* >= 1 */
+    int32_t pos0;                             /* position of tokens[0] */
+    const kv_block_id *blocks[KV_MAX_GROUPS]; /* BORROWED: per KV group (kv_layout.h) of the
+                                  pool, a block table covering [0, pos0 + n_tokens); in a
+                                  group with a window, entries before the window of pos0
+                                  may be -1 (given back, never read) */
+    int32_t n_logits;                         /* logits for the last n_logits tokens, 0..n_tokens */
+    int32_t rope_len; /* sequence length dynamic-NTK RoPE scales for (HF uses the
+                         length of the forward: the whole prompt at prefill, pos+1
+                         when decoding); 0 = pos0 + n_tokens */
 } mdl_seq;
 
 typedef struct {
     uint64_t weights_bytes;      /* tensors used, as stored (mapped) */
     uint64_t n_params;           /* logical parameter count */
-    uint64_t kv_bytes_per_token; /* f32 K+V over all layers */
+    uint64_t kv_bytes_per_token; /* f32 K+V over the layers that store K/V */
     char quant_desc[128];        /* e.g. "affine 4-bit g64 (bf16 scales)" or "bf16" */
 } mdl_info;
 
@@ -61,8 +62,6 @@ mdl_info mdl_get_info(const mdl_model *m);
 size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n);
 /* The model's per-layer plan (lives as long as the model). */
 const mdl_plan *mdl_get_plan(const mdl_model *m);
-/* The kv pool shape this model needs (n_blocks left for the caller). */
-kv_pool_config mdl_kv_shape(const mdl_model *m, int32_t n_blocks, int32_t block_tokens);
 /* A 64-bit identity of the model (config + tensor headers) for cache namespaces. */
 uint64_t mdl_fingerprint(const mdl_model *m);
 

@@ -107,6 +107,43 @@ kiln_code mdl_plan_build(const wt_config *c, mdl_plan *p, kiln_err *err)
     return KILN_OK;
 }
 
+kiln_code mdl_kv_layout(const mdl_plan *p, int keep_all, kv_layout *out, kiln_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (p->n_layers > KV_FMT_MAX_LAYERS)
+        return kiln_fail(err, KILN_E_UNSUPPORTED, "%d layers (kiln's KV cache takes at most %d)",
+                         (int)p->n_layers, KV_FMT_MAX_LAYERS);
+    out->n_layers = p->n_layers;
+    int any_full = 0;
+    for (int32_t L = 0; L < p->n_layers; L++)
+        any_full |= mdl_plan_stores_kv(p, L) && p->layer[L].window == 0;
+    out->n_groups = any_full; /* group 0: full attention */
+    for (int32_t L = 0; L < p->n_layers; L++) {
+        const mdl_layer_plan *l = &p->layer[L];
+        out->head_dim[L] = l->head_dim > 0 ? l->head_dim : p->max_head_dim;
+        out->n_kv_heads[L] = l->n_kv_heads;
+        out->group[L] = -1;
+        if (!mdl_plan_stores_kv(p, L)) continue;
+        int g = 0;
+        if (l->window > 0) {
+            g = any_full;
+            while (g < out->n_groups && out->window[g] != l->window)
+                g++;
+            if (g == out->n_groups) {
+                if (g == KV_MAX_GROUPS)
+                    return kiln_fail(err, KILN_E_UNSUPPORTED,
+                                     "more than %d distinct sliding windows", KV_MAX_GROUPS - 1);
+                out->window[out->n_groups++] = l->window;
+            }
+        }
+        out->group[L] = (int8_t)g;
+    }
+    if (out->n_groups == 0)
+        return kiln_fail(err, KILN_E_UNSUPPORTED, "no layer stores K/V (an all-recurrent model)");
+    if (keep_all) kv_layout_keep_all(out);
+    return KILN_OK;
+}
+
 void mdl_plan_free(mdl_plan *p)
 {
     free(p->layer);

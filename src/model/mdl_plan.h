@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kv/kv_layout.h"
 #include "util/kiln_err.h"
 #include "weights/wt_config.h"
 
@@ -85,6 +86,12 @@ typedef struct {
 /* The plan of cfg's family. *p is filled (its layer array OWNED: mdl_plan_free). */
 kiln_code mdl_plan_build(const wt_config *cfg, mdl_plan *p, kiln_err *err);
 void mdl_plan_free(mdl_plan *p);
+/* The KV layout the plan needs (kv_layout.h): the layers that store K/V, each
+ * in its geometry, in groups by window: group 0 the full-attention layers (if
+ * any), then one group per distinct window. keep_all: every window 0 (the
+ * sequence keeps every block; tests compare against it). KILN_E_UNSUPPORTED
+ * past KV_FMT_MAX_LAYERS layers or KV_MAX_GROUPS windows. */
+kiln_code mdl_kv_layout(const mdl_plan *p, int keep_all, kv_layout *out, kiln_err *err);
 /* 1 when layer L writes K/V of its own into the cache (an attention layer that
  * is its own kv_src). */
 static inline int mdl_plan_stores_kv(const mdl_plan *p, int32_t L)
