@@ -1092,12 +1092,20 @@ void kv_ssd_remove(kv_ssd *s, kv_ssd_kind kind, uint64_t key)
     pthread_mutex_lock(&s->mu);
     int32_t e = map_find(s, kind, key);
     if (e >= 0) {
-        if (s->ent[e].state == ST_ONDISK)
+        if (s->ent[e].state == ST_ONDISK) {
             ondisk_remove(s, e, 1);
-        else if (!s->ent[e].q->in_flight)
+        } else if (!s->ent[e].q->in_flight) {
             queue_drop(s, s->ent[e].q);
-        else
+            /* a queued checkpoint may replace an older one still on disk (put drops
+             * the old entry and lets the rename overwrite it): remove that file too */
+            if (kind == KV_SSD_CKPT) {
+                char path[4200];
+                path_of(s, path, sizeof path, kind, key);
+                unlink(path);
+            }
+        } else {
             s->ent[e].doomed = 1; /* in flight: the writer unlinks it once written */
+        }
     }
     pthread_mutex_unlock(&s->mu);
 }
