@@ -6,7 +6,8 @@
  *   WAITING  -> RUNNING   engine_admit()     a batch slot and KV room for its prompt
  *   RUNNING  -> WAITING   engine_preempt()   the KV pool ran dry: its blocks are
  *                                            released (published ones stay cached)
- *   RUNNING  -> FINISHED  req_finish()       EOS, stop string, length, cancel, error
+ *   RUNNING  -> FINISHED  req_finish()       EOS, stop string, length, cancel, error;
+ *                                            an embedding request when its prompt is done
  * Each step (engine_step): every running sequence with one pending token
  * decodes; sequences still prefilling get chunks of at most prefill_chunk
  * tokens while the step's token budget lasts. One eng_step_run for all.
@@ -17,6 +18,9 @@
  *   (2) text emitted never contains a prefix of a stop string that could still
  *       complete: hold-back keeps the longest suffix that is a stop prefix
  *   (3) only the engine thread touches seq, rng, stream, and the running list
+ *   (4) an embedding request (p.pooling) never samples: its hidden rows come from the
+ *       step's tap (mdl_ctx_set_hidden_out, on only for steps that carry one) and its
+ *       pool restarts whenever its KV is dropped (preemption recomputes every row)
  * Threads: client threads call eng_submit / eng_handle_*; e->mu guards the wait
  * queue and stats, h->mu guards a handle's event queue.
  */
@@ -66,6 +70,7 @@ struct eng_handle {
     int32_t resumed;       /* tokens replayed from a checkpoint */
     eng_handle *next;      /* wait queue link, under e->mu */
     double t_submit;
+    double *pool;          /* OWNED [hidden]: embedding accumulator (p.pooling), engine thread */
 };
 
 struct eng_engine {
@@ -82,17 +87,20 @@ struct eng_engine {
     int32_t n_waiting;         /* under mu */
     eng_handle **running;      /* OWNED array [max_seqs], engine thread */
     int32_t n_running;
-    eng_step_item *items; /* OWNED [max_seqs] */
-    eng_handle **owners;  /* OWNED [max_seqs]: the handle of each item */
-    eng_stats stats;      /* under mu */
-    uint64_t kv_running;  /* engine thread: projected KV of the running list */
-    eng_kv_cost kv_cost;  /* what a sequence's K/V costs per group (--kv-budget) */
-    int head_waiting;     /* engine thread: the head already counted as a kv-budget wait */
-    int32_t leases;       /* under mu: execution leases held; no step starts while > 0 */
-    int in_step;          /* under mu: the engine thread is between admission and step end */
-    eng_ssd *ssdw;        /* OWNED: SSD write-behind; NULL without a tier */
-    double s_per_token;   /* engine thread: EWMA of step seconds per token (steps of
-                             >= ENG_MIN_PREFILL_SLICE tokens); 0 = not measured yet */
+    eng_step_item *items;      /* OWNED [max_seqs] */
+    eng_handle **owners;       /* OWNED [max_seqs]: the handle of each item */
+    eng_stats stats;           /* under mu */
+    uint64_t kv_running;       /* engine thread: projected KV of the running list */
+    eng_kv_cost kv_cost;       /* what a sequence's K/V costs per group (--kv-budget) */
+    int head_waiting;          /* engine thread: the head already counted as a kv-budget wait */
+    int32_t leases;            /* under mu: execution leases held; no step starts while > 0 */
+    int in_step;               /* under mu: the engine thread is between admission and step end */
+    eng_ssd *ssdw;             /* OWNED: SSD write-behind; NULL without a tier */
+    double s_per_token;        /* engine thread: EWMA of step seconds per token (steps of
+                                  >= ENG_MIN_PREFILL_SLICE tokens); 0 = not measured yet */
+    float *hidden;             /* OWNED [hidden_rows, hidden]: the hidden-state tap for steps with
+                                  embedding requests; made at the first one, kept after */
+    int32_t hidden_rows;
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -136,6 +144,9 @@ void eng_event_clear(eng_event *ev)
     free(ev->text);
     ev->text = NULL;
     ev->text_len = 0;
+    free(ev->embedding);
+    ev->embedding = NULL;
+    ev->n_embedding = 0;
 }
 
 static void handle_free(eng_handle *h)
@@ -147,6 +158,7 @@ static void handle_free(eng_handle *h)
     for (int i = 0; i < ENG_MAX_STOP; i++) free(h->stops[i]);
     free(h->stop_ids);
     free(h->hold);
+    free(h->pool);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h);
@@ -279,6 +291,8 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
     int64_t vocab = mdl_vocab(e->rt->model);
     int32_t ctx = e->rt->o.ctx;
     if (p->n_prompt < 1) return kiln_fail(err, KILN_E_INVALID, "the prompt is empty");
+    if (p->pooling < ENG_POOL_NONE || p->pooling > ENG_POOL_MEAN_SQRT_LEN)
+        return kiln_fail(err, KILN_E_INVALID, "unknown pooling mode %d", (int)p->pooling);
     if (p->n_prompt >= ctx)
         return kiln_fail(err, KILN_E_INVALID,
                          "the prompt (%d tokens) leaves no room in the context (%d tokens)",
@@ -413,6 +427,17 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     }
     ev.finish = why;
     ev.stop_matched = stop_matched;
+    if (ev.kind == ENG_EV_DONE && why == ENG_FINISH_STOP && h->p.pooling && h->pool) {
+        int64_t H = mdl_config(e->rt->model)->hidden;
+        ev.embedding = malloc(sizeof(float) * (size_t)H);
+        if (ev.embedding) {
+            eng_pool_finish(h->p.pooling, h->pool, H, h->p.n_prompt, ev.embedding);
+            ev.n_embedding = (int32_t)H;
+        } else {
+            ev.kind = ENG_EV_ERROR;
+            kiln_fail(&ev.err, KILN_E_NOMEM, "out of memory for an embedding");
+        }
+    }
     ev.prompt_tokens = h->p.n_prompt;
     ev.completion_tokens = h->n_generated;
     ev.cached_tokens = h->cached_tokens;
@@ -564,6 +589,25 @@ static int32_t blocks_for(const eng_engine *e, int32_t tokens)
 
 static int ckpt_resume(eng_engine *e, eng_handle *h);
 
+/* First admission of an embedding request: its sequence, its pool, and the
+ * engine's hidden-state tap (made once, the first time one is needed). */
+static kiln_code embed_admit(eng_engine *e, eng_handle *h, kiln_err *err)
+{
+    int64_t H = mdl_config(e->rt->model)->hidden;
+    if (!e->hidden) {
+        int32_t rows = e->rt->o.max_step_tokens;
+        e->hidden = malloc(sizeof(float) * (size_t)rows * (size_t)H);
+        if (!e->hidden) return kiln_fail(err, KILN_E_NOMEM, "embeddings: no memory for the hidden-state tap");
+        e->hidden_rows = rows;
+        KLOG_INFO("engine", "embeddings: hidden-state tap rows=%d bytes=%llu", (int)rows,
+                  (unsigned long long)((size_t)rows * (size_t)H * sizeof(float)));
+    }
+    h->pool = malloc(sizeof(double) * (size_t)H);
+    if (!h->pool) return kiln_fail(err, KILN_E_NOMEM, "embeddings: out of memory");
+    eng_pool_init(h->p.pooling, h->pool, H);
+    return eng_seq_create(h->prompt, h->p.n_prompt, &h->seq, err);
+}
+
 /* Moves waiting requests into the batch while there are slots and KV room for
  * their whole token history (so admission does not immediately preempt). */
 static void engine_admit(eng_engine *e)
@@ -599,7 +643,12 @@ static void engine_admit(eng_engine *e)
         e->n_waiting--;
         pthread_mutex_unlock(&e->mu);
         kiln_err err;
-        if (!h->seq) {
+        if (!h->seq && h->p.pooling) {
+            if (embed_admit(e, h, &err) != KILN_OK) {
+                req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+                continue;
+            }
+        } else if (!h->seq) {
             if (eng_seq_create(h->prompt, h->p.n_prompt, &h->seq, &err) != KILN_OK ||
                 tok_stream_create(e->tok, h->p.skip_special ? TOK_SKIP_SPECIAL : 0, &h->ts,
                                   &err) != KILN_OK) {
@@ -615,7 +664,8 @@ static void engine_admit(eng_engine *e)
             tok_stream_push(h->ts, h->prompt[h->p.n_prompt - 1], &t, &n, NULL);
             if (e->o.ckpt_every > 0 && ckpt_resume(e, h)) continue; /* ended in the replay */
         }
-        int32_t hit = eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);
+        /* pooling every position needs every row computed: no cached prefix stands in */
+        int32_t hit = eng_pool_needs_all(h->p.pooling) ? 0 : eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);
         if (!h->admitted_once) h->cached_tokens = hit < h->p.n_prompt ? hit : h->p.n_prompt;
         h->admitted_once = 1;
         h->kv_proj = proj;
@@ -632,6 +682,7 @@ static int engine_preempt(eng_engine *e, const eng_handle *keep)
         eng_handle *h = e->running[i];
         if (h == keep) continue;
         eng_seq_drop_kv(h->seq, e->rt->kv);
+        if (h->pool) eng_pool_init(h->p.pooling, h->pool, mdl_config(e->rt->model)->hidden); /* (4) */
         running_remove(e, i);
         pthread_mutex_lock(&e->mu);
         h->next = e->wait_head;
@@ -729,6 +780,23 @@ static int32_t engine_plan(eng_engine *e)
     return n;
 }
 
+/* An embedding request's rows of this step go into its pool; once its whole
+ * prompt has run, it is finished with the pooled vector. */
+static void embed_rows(eng_engine *e, eng_handle *h, int32_t hrow, int32_t n_run)
+{
+    int64_t H = mdl_config(e->rt->model)->hidden;
+    int32_t pos0 = h->seq->n_cached - n_run;
+    eng_pool_add(h->p.pooling, h->pool, e->hidden + (size_t)hrow * (size_t)H, n_run, H, pos0,
+                 h->p.n_prompt);
+    if (eng_seq_pending(h->seq) > 0) return;
+    for (int32_t i = 0; i < e->n_running; i++)
+        if (e->running[i] == h) {
+            running_remove(e, i);
+            break;
+        }
+    req_finish(e, h, ENG_FINISH_STOP, NULL, NULL);
+}
+
 static void engine_step(eng_engine *e)
 {
     int32_t n;
@@ -737,18 +805,28 @@ static void engine_step(eng_engine *e)
     if (n == 0) return;
     kiln_err err;
     double t0 = plat_now();
+    int pooled = 0; /* (4) the tap is on only for steps with an embedding request */
+    for (int32_t k = 0; k < n && !pooled; k++) pooled = e->owners[k]->p.pooling != ENG_POOL_NONE;
+    if (pooled) mdl_ctx_set_hidden_out(e->rt->cx, e->hidden, e->hidden_rows);
     kiln_code rc = eng_step_run(e->rt->cx, e->rt->kv, e->items, n, e->ns, e->rt->logits,
                                  e->rt->logit_rows, &err);
+    if (pooled) mdl_ctx_set_hidden_out(e->rt->cx, NULL, 0);
     int64_t vocab = mdl_vocab(e->rt->model);
     int32_t row = 0, toks = 0;
     for (int32_t k = 0; k < n; k++) {
         eng_handle *h = e->owners[k];
+        int32_t hrow = toks; /* this item's first row in the tap */
         toks += e->items[k].n_run;
         h->n_steps++;
         if (rc) {
             for (int32_t i = 0; i < e->n_running; i++)
                 if (e->running[i] == h) running_remove(e, i);
             req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+            continue;
+        }
+        if (h->p.pooling) {
+            if (e->items[k].n_logits) row++; /* its logits row is skipped, never sampled */
+            embed_rows(e, h, hrow, e->items[k].n_run);
             continue;
         }
         if (e->items[k].n_logits == 0) continue;
@@ -1041,6 +1119,7 @@ void eng_engine_stop(eng_engine *e)
     free(e->running);
     free(e->items);
     free(e->owners);
+    free(e->hidden);
     free(e);
 }
 

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/eng_pool.h"
 #include "engine/eng_runtime.h"
 #include "engine/eng_sample.h"
 #include "engine/eng_ssd.h"
@@ -59,6 +60,11 @@ typedef struct {
      * the choice index among n (told apart when seeds are random) */
     bool seed_random;
     int32_t choice;
+    /* embeddings: not ENG_POOL_NONE makes this a prefill-only request whose final-normed
+     * hidden states are pooled (eng_pool.h) into the DONE event's embedding; nothing is
+     * sampled (max_tokens and sp are ignored). Modes that read every position take no
+     * cached prefix (last-token pooling does). */
+    eng_pooling pooling;
 } eng_params;
 
 typedef enum { ENG_EV_TOKEN, ENG_EV_DONE, ENG_EV_ERROR } eng_event_kind;
@@ -77,6 +83,9 @@ typedef struct {
     int32_t steps;            /* engine steps this request took part in (prefill chunks + decodes) */
     int32_t resumed_tokens;   /* tokens taken from a generation checkpoint (included in completion) */
     const char *stop_matched; /* BORROWED from the handle: the stop string that ended it, or NULL */
+    float *embedding;         /* OWNED [n_embedding] (eng_event_clear): the pooled hidden state of
+                                 an embedding request (finish STOP); NULL otherwise */
+    int32_t n_embedding;
     /* ERROR */
     kiln_err err;
 } eng_event;
