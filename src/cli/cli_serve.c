@@ -49,6 +49,7 @@ typedef struct {
     int offline;           /* --offline: never download */
     double ssd_cache_max;  /* GiB; 0 = no cap */
     int64_t gen_ckpt;      /* --generation-checkpoint N; 0 = off */
+    int64_t grammar_ws;    /* --grammar-ws N */
     cli_kv_flags kv;
 } serve_flags;
 
@@ -96,6 +97,7 @@ static int check_flags(const serve_flags *f, int *thinking)
                       : f->timeout < 0                           ? "--timeout must be >= 0"
                       : f->memory_budget < 0 ? "--memory-budget must be > 0 (decimal GB)"
                       : f->kv_budget < 0     ? "--kv-budget must be > 0 (decimal GB)"
+                      : f->grammar_ws < 0 || f->grammar_ws > 256 ? "--grammar-ws must be 0..256"
                                              : NULL;
     if (bad) {
         fprintf(stderr, "kiln serve: %s\n", bad);
@@ -194,6 +196,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     sc.max_queue = (int32_t)f->max_queue;
     sc.thinking = thinking;
     sc.tool_parser = f->tool_family;
+    sc.grammar_ws = (int32_t)f->grammar_ws;
     sc.responses_ttl_s = f->responses_ttl;
     sc.responses_store_bytes = (size_t)(f->responses_store_mib * 1048576.0);
     sc.defaults = pick_defaults(f, flags, &cfg);
@@ -316,7 +319,8 @@ int cli_serve(int argc, char **argv)
 {
     serve_flags f = {.host = "127.0.0.1", .port = 8080, .batch = 8, .max_queue = 64,
                      .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20,
-                     .responses_ttl = 3600, .responses_store_mib = 64, .max_stall_ms = -1};
+                     .responses_ttl = 3600, .responses_store_mib = 64, .max_stall_ms = -1,
+                     .grammar_ws = 20};
     cli_flag flags[] = {
         {"model", CLI_STR, &f.model, "DIR|REPO",
          "model folder or Hugging Face repo id, downloaded when not cached (default: the built-in "
@@ -390,6 +394,9 @@ int cli_serve(int argc, char **argv)
         {"generation-checkpoint", CLI_INT, &f.gen_ckpt, "N",
          "persist each generation every N tokens in --ssd-cache; an identical retried request "
          "resumes after a crash (default: off)", 0},
+        {"grammar-ws", CLI_INT, &f.grammar_ws, "N",
+         "constrained JSON (response_format, tool calls): most whitespace bytes between two "
+         "tokens (default 20; 0 = compact JSON)", 0},
         CLI_KV_FLAGS(f.kv),
         {0},
     };

@@ -51,6 +51,7 @@ typedef struct {
     double responses_ttl_s;  /* Responses store: seconds an entry lives (default 3600) */
     size_t responses_store_bytes; /* Responses store cap, bytes (default 64 MiB) */
     int tool_parser;         /* srv_tc_family (srv_toolcall.h); -1 = detect from the template */
+    int32_t grammar_ws;      /* constrained JSON: most whitespace bytes between tokens (0 = compact) */
     srv_sampling_defaults defaults;
     unsigned max_connections;
     double timeout_s;        /* per-request wall-clock limit; 0 = none (then cancelled) */

@@ -682,6 +682,7 @@ srv_config srv_config_default(void)
         .max_queue = 64,
         .thinking = -1,
         .tool_parser = -1,
+        .grammar_ws = 20,
         .responses_ttl_s = 3600,
         .responses_store_bytes = (size_t)64 << 20,
         .defaults = {.temperature = 0.7f, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .top_k = 0},

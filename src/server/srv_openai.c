@@ -8,6 +8,7 @@
  * Threads: no shared state; any HTTP thread.
  */
 #include "server/srv_openai.h"
+#include "server/srv_constraint.h"
 #include "server/srv_toolreq.h"
 
 #include <math.h>
@@ -437,6 +438,7 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
         goto done;
     if ((rc = parse_options(root, out, param, err))) goto done;
     if ((rc = parse_sampling(root, out, param, err))) goto done;
+    if ((rc = srv_parse_format(root, out, param, err))) goto done;
     rc = parse_thinking(root, out, param, err);
 done:
     json_decref(root);
@@ -453,6 +455,8 @@ void srv_request_free(srv_request *r)
     free(r->prefill);
     free(r->previous_response_id);
     json_decref(r->template_kwargs);
+    json_decref(r->schema);
+    free(r->grammar);
     free(r->prompt);
     free(r->prompt_ids);
     free(r->bias);

@@ -140,6 +140,13 @@ int srv_route_stats(srv_server *s, json_t **body)
         json_object_set_new(ej, "leases", json_integer(st.leases));
         json_object_set_new(ej, "isa", json_string(st.isa ? st.isa : ""));
         json_object_set_new(ej, "matmul", json_string(st.matmul ? st.matmul : ""));
+        /* constrained decoding (docs/structured-output.md) */
+        json_object_set_new(ej, "grammar",
+                            json_pack("{s:I, s:I, s:f, s:f, s:I}", "requests",
+                                      (json_int_t)st.grammar_requests, "masks",
+                                      (json_int_t)st.grammar.masks, "mask_s", st.grammar.mask_s,
+                                      "wait_s", st.grammar.wait_s, "budget_redraws",
+                                      (json_int_t)st.grammar.budget_redraws));
     }
     json_t *adm = j ? admission_json(s, &st) : NULL;
     if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */

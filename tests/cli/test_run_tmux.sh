@@ -36,9 +36,16 @@ if [ ! -f "$M/model.safetensors" ]; then
 fi
 [ -f "$M/model.safetensors" ] || { echo "FAIL cannot make the test model"; echo "0 passed, 1 failed"; exit 1; }
 
+# a tiny ChatML model for the quick turns (the slow one is only for stopping an answer)
+Q="$KILN_BINARY_DIR/test-models/e2e-qwen3-tiny-f32"
+if [ ! -f "$Q/model.safetensors" ]; then
+  "$KILN_SOURCE_DIR/tools/make-test-model" --arch qwen3 --dtype f32 --shape tiny --out "$Q.tmp$$" >/dev/null &&
+    { mv -T "$Q.tmp$$" "$Q" 2>/dev/null || rm -rf "$Q.tmp$$"; }
+fi
+
 # session A: short answers
-tm new-session -d -s A -x 200 -y 50 "'$KILN_BIN' run '$M' --threads 2 --max-tokens 12 --temperature 0 --data-dir '$T/data'; echo EXITED \$?; sleep 60"
-check "the banner names the model and the keys" wait_for A "kiln run: webui-slow-f32 \(ctx [0-9]+, chat\).*Ctrl-C stops an answer"
+tm new-session -d -s A -x 200 -y 50 "'$KILN_BIN' run '$Q' --threads 2 --max-tokens 12 --temperature 0 --data-dir '$T/data'; echo EXITED \$?; sleep 60"
+check "the banner names the model and the keys" wait_for A "kiln run: e2e-qwen3-tiny-f32 \(ctx [0-9]+, chat\).*Ctrl-C stops an answer"
 tm send-keys -t A "/system You are terse." Enter
 check "/system sets the system prompt" wait_for A "system prompt set"
 tm send-keys -t A "Hello there" Enter

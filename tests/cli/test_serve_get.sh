@@ -114,5 +114,8 @@ out=$("$KILN_BIN" serve --model "$MODEL" --thinking maybe 2>&1); rc=$?
 check "bad --thinking is a usage error" [ $rc -eq 2 ]
 out=$("$KILN_BIN" serve --model "$MODEL" --batch 0 2>&1); rc=$?
 check "bad --batch is a usage error" [ $rc -eq 2 ]
+# progress off a terminal: plain lines (a bar on a TTY; see cli_progress.h)
+out=$("$KILN_BIN" quantize --model "$MODEL" --out "$T/q4" 2>&1 </dev/null)
+check "kiln quantize reports its progress" grep -qE "^quantizing to 4-bit: 100% \(342 KiB/342 KiB" <<<"$out"
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]

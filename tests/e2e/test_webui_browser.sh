@@ -36,6 +36,7 @@ tally() { # tally OUTPUT: adds the node file's "N passed, M failed" to ours
 
 DATA="$E2E_TMP/data"; SSD="$E2E_TMP/ssd"
 e2e_server C --model "$M" --ctx 4096 --batch 2 --data-dir "$DATA" --ssd-cache "$SSD" || exit 1
+check "reading the weights shows progress in the log" grep -qE "^loading webui-slow-f32: 100% \(9[0-9.]+ MiB/" "$C_LOG"
 tally "$(web --url "$C_URL" --model webui-slow-f32 --shots "$SHOTS" --mode chat)"
 n1=$(curl -s "$C_URL/v1/conversations" | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)["data"]))')
 curl -s -X POST "$C_URL/admin/cache/flush" >/dev/null

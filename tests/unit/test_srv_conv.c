@@ -95,8 +95,10 @@ static void test_create_get_replace_append_delete(void)
     ASSERT_OK(srv_conv_delete(st, id, &err));
     ASSERT_EQ_I64(srv_conv_get(st, id, &got, &err), KILN_E_NOT_FOUND);
     ASSERT_EQ_I64(srv_conv_delete(st, id, &err), KILN_E_NOT_FOUND);
-    ASSERT_EQ_I64(srv_conv_append(st, "conv_nope", json_pack("{s:s}", "role", "user"), NULL, &err),
-                  KILN_E_NOT_FOUND);
+    json_t *lost = json_pack("{s:s}", "role", "user");
+    kiln_code rc = srv_conv_append(st, "conv_nope", lost, NULL, &err);
+    json_decref(lost);
+    ASSERT_EQ_I64(rc, KILN_E_NOT_FOUND);
     cleanup(st);
 }
 
