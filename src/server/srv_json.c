@@ -116,16 +116,23 @@ static int has_nul_escape(const char *s, size_t n)
     return 0;
 }
 
-kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err)
+kiln_code srv_json_parse(const char *body, size_t len, json_t **out, kiln_err *err)
 {
     json_error_t je;
     /* \u0000 is valid JSON (a client sends back model output that held a NUL
      * byte): accepted, and replaced (replace_nul) before anyone reads it */
-    *out = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
-    if (*out && has_nul_escape(body, len)) replace_nul(*out);
+    *out = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!*out)
         return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", je.line,
                          je.column, je.text);
+    if (has_nul_escape(body, len)) replace_nul(*out);
+    return KILN_OK;
+}
+
+kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err)
+{
+    kiln_code rc = srv_json_parse(body, len, out, err);
+    if (rc) return rc;
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = NULL;
