@@ -47,9 +47,10 @@ int cli_fit(int argc, char **argv)
         CLI_KV_FLAGS(kvf),
         {0},
     };
-    int pr = cli_parse("fit",
-                       "Predict memory (weights + KV + transients) from headers and config; no weights are read.",
-                       flags, argc, argv);
+    int pr = cli_parse(
+        "fit",
+        "Predict memory (weights + KV + transients) from headers and config; no weights are read.",
+        flags, argc, argv);
     if (pr) return pr == 1 ? 0 : 2;
     if (!model || batch < 1 || ctx < 0 || budget < 0) {
         fprintf(stderr, "kiln fit: --model is required; --batch >= 1, --ctx and --budget >= 0\n");
@@ -111,23 +112,38 @@ int cli_fit(int argc, char **argv)
     } else {
         printf("model:            %s (%s)\n", model, c.architecture);
         printf("weights:          %8.3f GiB (as mapped)\n", gib(f.weights_bytes));
-        printf("kv per token:     %8" PRIu64 " bytes (%s K+V incl. scale/bias, %" PRId64
-               " layers)\n",
-               f.kv_bytes_per_token, f.kv_format, c.n_layers);
+        printf("kv per token:     %8" PRIu64 " bytes (%s K+V incl. scale/bias, %d of %" PRId64
+               " layers store K/V)\n",
+               f.kv_bytes_per_token, f.kv_format, (int)f.kv_layers, c.n_layers);
         if (f.sliding_layers > 0)
             printf("kv by layer kind: %8" PRIu64 " bytes per token full-attention layers, %" PRIu64
-                   " sliding (%d layers, window %d): %s\n",
+                   " sliding (%d layers, window %d)\n",
                    f.kv_bytes_per_token_full_layers, f.kv_bytes_per_token_sliding_layers,
-                   (int)f.sliding_layers, (int)f.sliding_window,
-                   f.kv_window ? "every layer slides, a sequence holds only its window"
-                               : "not capped (a block holds every layer; full layers need all)");
+                   (int)f.sliding_layers, (int)f.sliding_window);
+        for (int g = 0; g < f.n_kv_groups; g++) {
+            const eng_fit_group *fg = &f.kv_group[g];
+            char how[96];
+            if (fg->window)
+                snprintf(how, sizeof how, "window %d: at most %" PRId64 " blocks a sequence",
+                         (int)fg->window, fg->seq_max_blocks);
+            else
+                snprintf(how, sizeof how, "%s: every position kept",
+                         fg->attn_window ? "sliding, not capped" : "full attention");
+            printf("kv group %d:       %8" PRIu64 " bytes per token, %d layers, %s; %d blocks\n", g,
+                   fg->bytes_per_token, (int)fg->layers, how, (int)fg->n_blocks);
+        }
         printf("kv per sequence:  %8.3f GiB at ctx %d (at most %" PRId64 " blocks held%s)\n",
                gib(f.kv_seq_bytes), (int)f.o.ctx, f.kv_seq_max_blocks,
                f.kv_window ? ", window-capped" : "");
         if (f.o.n_blocks_full > 0)
             printf("kv before start:  %8" PRIu64 " bytes per token (f32; %d of the blocks)\n",
                    f.kv_bytes_per_token_full, (int)f.o.n_blocks_full);
-        if (f.kv_window)
+        if (f.n_kv_groups > 1)
+            printf("kv pool:          %8.3f GiB (%d groups of %d-token blocks: batch %d x ctx %d, "
+                   "sliding groups window-capped)\n",
+                   gib(f.kv_pool_bytes), f.n_kv_groups, (int)f.o.block_tokens, (int)f.o.max_seqs,
+                   (int)f.o.ctx);
+        else if (f.kv_window)
             printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: batch %d x (%" PRId64
                    " + 1) blocks, window-capped)\n",
                    gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens,

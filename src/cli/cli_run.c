@@ -52,7 +52,7 @@ typedef struct {
     const char *model, *system, *data_dir, *thinking;
     int64_t ctx, threads, max_tokens;
     double temperature, top_p;
-    int offline;
+    int offline, ignore_eos;
 } run_flags;
 
 typedef struct {
@@ -184,6 +184,7 @@ static void answer(run_state *st)
         if (!cli_find(st->flags, "top-p")->seen && st->cfg.has_gen_top_p) p.sp.top_p = (float)st->cfg.gen_top_p;
         if (st->cfg.has_gen_top_k) p.sp.top_k = (int32_t)st->cfg.gen_top_k;
         p.sp.seed = (uint64_t)(plat_now() * 1e6) ^ (uint64_t)getpid();
+        p.ignore_eos = st->f->ignore_eos != 0;
         rc = eng_submit(st->eng, &p, &h, &err);
     }
     free(ids);
@@ -405,6 +406,7 @@ int cli_run(int argc, char **argv)
         {"temperature", CLI_FLOAT, &f.temperature, "T", "temperature (else generation_config, else 0.7)", 0},
         {"top-p", CLI_FLOAT, &f.top_p, "P", "top_p (else generation_config, else 1)", 0},
         {"max-tokens", CLI_INT, &f.max_tokens, "N", "cap on each answer (default: the room left)", 0},
+        {"ignore-eos", CLI_BOOL, &f.ignore_eos, NULL, "keep going past the model's end-of-sequence tokens (until --max-tokens)", 0},
         {"thinking", CLI_STR, &f.thinking, "true|false", "enable_thinking for the chat template", 0},
         {"ctx", CLI_INT, &f.ctx, "N", "context length (default: min(model, 4096))", 0},
         {"threads", CLI_INT, &f.threads, "N", "compute threads (default: all CPUs)", 0},

@@ -111,6 +111,8 @@ typedef struct {
     uint64_t weights;
     eng_runtime_opts o; /* ctx and n_blocks vary */
     uint64_t overhead;
+    int32_t window0; /* group 0's retention window (its blocks per sequence are capped) */
+    int n_groups;    /* KV groups: past group 0 the pool's cost is not linear in n_blocks */
 } planner;
 
 /* Bytes that do not depend on the pool size at context ctx, and the cost of
@@ -139,10 +141,11 @@ static uint64_t total_at(const planner *p, int32_t ctx, int64_t nb)
 
 /* KV blocks a budget leaves at context ctx (0 when the fixed part alone is over).
  * One block class: (budget - fixed) / block. With --quantized-kv-start the pool
- * keeps a share of its blocks in the larger full-precision class
+ * keeps a share of its blocks in the larger full-precision class, and with
+ * several KV groups the other groups' blocks follow group 0's count
  * (eng_runtime_resolve), so the cost is not linear in the block count: the
  * largest count whose whole plan fits is found by bisection (the plan only
- * grows with the count), starting from the main-class bound. */
+ * grows with the count), starting from the group-0 main-class bound. */
 static int64_t blocks_left(const planner *p, int32_t ctx, uint64_t budget)
 {
     uint64_t fixed, block;
@@ -150,7 +153,7 @@ static int64_t blocks_left(const planner *p, int32_t ctx, uint64_t budget)
     if (budget <= fixed || block == 0) return 0;
     uint64_t n = (budget - fixed) / block;
     int64_t hi = n > INT32_MAX ? INT32_MAX : (int64_t)n;
-    if (p->o.kv_quant_start <= 0 || hi == 0) return hi;
+    if ((p->o.kv_quant_start <= 0 && p->n_groups <= 1) || hi == 0) return hi;
     int64_t lo = 0; /* fits; hi may not */
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
@@ -165,7 +168,7 @@ static int64_t blocks_left(const planner *p, int32_t ctx, uint64_t budget)
 /* Blocks one sequence of `tokens` holds at most (window-capped). */
 static int64_t blocks_for(const planner *p, int32_t tokens)
 {
-    return kv_seq_max_blocks(p->o.kv_window, p->o.max_step_tokens, p->o.block_tokens, tokens);
+    return kv_seq_max_blocks(p->window0, p->o.max_step_tokens, p->o.block_tokens, tokens);
 }
 
 static int fits(const planner *p, int32_t ctx, uint64_t budget)
@@ -224,6 +227,11 @@ kiln_code eng_admit_compute(const wt_config *c, uint64_t weights_bytes, const en
     planner p = {.c = c, .weights = weights_bytes, .overhead = in->overhead_bytes};
     eng_runtime_opts user = *o;
     p.o = eng_runtime_resolve(c, &user); /* ctx cap: --ctx or min(model, 4096) */
+    kv_layout l;
+    if (eng_fit_kv_layout(c, p.o.kv_window_off, &l, NULL) == KILN_OK) {
+        p.window0 = l.window[0];
+        p.n_groups = l.n_groups;
+    }
     int32_t cap = p.o.ctx;
     if (cap < 2)
         return kiln_fail(err, KILN_E_INVALID, "a context of %d tokens is too small", (int)cap);

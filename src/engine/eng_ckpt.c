@@ -109,13 +109,16 @@ int eng_ckpt_save(kv_ssd *ssd, kv_pool *kv, uint64_t id, const eng_seq *seq, int
 {
     /* the full blocks first (the queue is FIFO): usually already there */
     for (int32_t i = *blocks_done; i < seq->n_published; i++) {
-        /* given back (out of the window): still CACHED unless evicted, and an
-         * evicted published block was spilled to the tier already */
-        kv_block_id b = seq->blocks[i] >= 0 ? seq->blocks[i] : kv_pool_peek(kv, seq->hashes[i]);
-        if (b < 0) continue;
-        size_t n;
-        const void *d = kv_pool_block_data(kv, b, &n);
-        kv_ssd_put(ssd, KV_SSD_BLOCK, seq->hashes[i], d, n);
+        for (int g = 0; g < seq->n_groups; g++) {
+            /* given back (out of the window): still CACHED unless evicted, and an
+             * evicted published block was spilled to the tier already */
+            kv_block_id b =
+                i >= seq->n_dropped[g] ? seq->blocks[g][i] : kv_pool_peek(kv, g, seq->hashes[i]);
+            if (b < 0) continue;
+            size_t n;
+            const void *d = kv_pool_block_data(kv, b, &n);
+            kv_ssd_put(ssd, KV_SSD_BLOCK, kv_pool_key(g, seq->hashes[i]), d, n);
+        }
     }
     *blocks_done = seq->n_published;
     eng_ckpt ck = {

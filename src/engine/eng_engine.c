@@ -95,8 +95,7 @@ struct eng_engine {
     eng_handle **owners;       /* OWNED [max_seqs]: the handle of each item */
     eng_stats stats;           /* under mu */
     uint64_t kv_running;       /* engine thread: projected KV of the running list */
-    int64_t kv_full_positions; /* --quantized-kv-start: positions stored f32 (block-granular) */
-    uint64_t kv_full_bpt;      /* ... at these bytes per token */
+    eng_kv_cost kv_cost;       /* what a sequence's K/V costs per group (--kv-budget) */
     int head_waiting;          /* engine thread: the head already counted as a kv-budget wait */
     int32_t leases;            /* under mu: execution leases held; no step starts while > 0 */
     int in_step;               /* under mu: the engine thread is between admission and step end */
@@ -125,9 +124,14 @@ eng_params eng_params_default(void)
 
 eng_engine_opts eng_engine_opts_default(void)
 {
-    eng_engine_opts o = {
-        .max_queue = 64, .max_step_tokens = 0, .prefill_chunk = 256, .max_stall_s = 1.0, .prefix_cache = true,
-        .ssd_writebehind = true, .ckpt_max_age_s = 86400, .ckpt_cancel_keep_s = 300};
+    eng_engine_opts o = {.max_queue = 64,
+                         .max_step_tokens = 0,
+                         .prefill_chunk = 256,
+                         .max_stall_s = 1.0,
+                         .prefix_cache = true,
+                         .ssd_writebehind = true,
+                         .ckpt_max_age_s = 86400,
+                         .ckpt_cancel_keep_s = 300};
     return o;
 }
 
@@ -297,18 +301,17 @@ static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
     return KILN_OK;
 }
 
-/* Positions a request can occupy: prompt + max_tokens, at most the context,
- * window-capped on an all-sliding model (eng_admit_seq_positions). */
+/* Positions a request can occupy: prompt + max_tokens, at most the context. */
 static int64_t projected_tokens(const eng_engine *e, const eng_params *p)
 {
     int64_t t = (int64_t)p->n_prompt + p->max_tokens;
-    return eng_admit_seq_positions(&e->rt->o, t < e->rt->o.ctx ? t : e->rt->o.ctx);
+    return t < e->rt->o.ctx ? t : e->rt->o.ctx;
 }
 
+/* Its K/V bytes, each group's window-capped (eng_kv_cost_seq). */
 static uint64_t seq_projection(const eng_engine *e, const eng_params *p)
 {
-    return eng_admit_seq_kv_bytes_split(e->o.kv_bytes_per_token, e->kv_full_bpt,
-                                        e->kv_full_positions, projected_tokens(e, p));
+    return eng_kv_cost_seq(&e->kv_cost, projected_tokens(e, p));
 }
 
 static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *err)
@@ -347,10 +350,12 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
                 "the request's projected KV cache (%d prompt + %d max_tokens = %lld tokens%s x "
                 "%llu bytes%s = %llu bytes) is over the --kv-budget of %llu bytes",
                 (int)p->n_prompt, (int)p->max_tokens, (long long)projected_tokens(e, p),
-                e->rt->o.kv_window ? " held at once (sliding window)" : "",
+                e->kv_cost.window[e->kv_cost.n_groups - 1] ? ", sliding layers only their window"
+                                                           : "",
                 (unsigned long long)e->o.kv_bytes_per_token,
-                e->kv_full_positions ? ", the f32 positions before --quantized-kv-start at more"
-                                     : "",
+                e->kv_cost.full_positions
+                    ? ", the f32 positions before --quantized-kv-start at more"
+                    : "",
                 (unsigned long long)proj, (unsigned long long)e->o.kv_budget_bytes);
     }
     return eng_sampling_validate(&p->sp, vocab, err);
@@ -1228,21 +1233,25 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     e->stats.matmul = kn_matmul_mode();
     e->stats.kv_bytes_per_token =
         kv_pool_block_bytes(kv_pool_cfg(rt->kv)) / (uint64_t)rt->o.block_tokens;
-    /* --quantized-kv-start: a sequence's blocks that start before it are f32
-     * (kv_format_class); --kv-budget projections count them at that size */
-    for (int32_t j = 0; (int64_t)j * rt->o.block_tokens < rt->o.ctx &&
-                        kv_pool_class_of(rt->kv, j) == KV_CLASS_FULL;
-         j++)
-        e->kv_full_positions += rt->o.block_tokens;
-    e->kv_full_bpt =
-        kv_pool_class_bytes(kv_pool_cfg(rt->kv), KV_CLASS_FULL) / (uint64_t)rt->o.block_tokens;
-    const kv_pool_config *kc = kv_pool_cfg(rt->kv); /* sliding windows: /stats kv */
-    const wt_config *mc = mdl_config(rt->model);
-    e->stats.kv_window = kc->window;
+    /* --kv-budget projections: each group at its bytes, window-capped, the
+     * f32 positions before --quantized-kv-start at theirs */
+    const kv_pool_config *kc = kv_pool_cfg(rt->kv);
+    const kv_layout *kl = kv_pool_layout(rt->kv);
+    eng_kv_cost_init(&e->kv_cost, kl, kc->fmt, kc->block_tokens, kc->max_chunk);
+    const wt_config *mc = mdl_config(rt->model); /* sliding windows: /stats kv */
+    e->stats.kv_window = rt->o.kv_window;
     e->stats.kv_seq_max_blocks =
-        kv_seq_max_blocks(kc->window, kc->max_chunk, kc->block_tokens, rt->o.ctx);
-    e->stats.kv_sliding_window =
-        mc->sliding_window > INT32_MAX ? INT32_MAX : (int32_t)mc->sliding_window;
+        kv_seq_max_blocks(kl->window[0], kc->max_chunk, kc->block_tokens, rt->o.ctx);
+    e->stats.kv_n_groups = kl->n_groups;
+    for (int g = 0; g < kl->n_groups; g++) {
+        e->stats.kv_group_window[g] = kl->window[g];
+        e->stats.kv_group_layers[g] = kv_layout_layers(kl, g);
+        e->stats.kv_group_bytes_per_token[g] = e->kv_cost.bpt[g];
+    }
+    e->stats.kv_sliding_window = 0;
+    for (int32_t L = 0; L < mdl_get_plan(rt->model)->n_layers; L++)
+        if (mdl_get_plan(rt->model)->layer[L].window > e->stats.kv_sliding_window)
+            e->stats.kv_sliding_window = mdl_get_plan(rt->model)->layer[L].window;
     e->stats.kv_sliding_layers = eng_fit_sliding_layers(mc);
     e->stats.kv_bytes_per_token_full_layers =
         eng_fit_kv_bytes_layers(mc, kc->fmt, KV_CLASS_MAIN, 0);

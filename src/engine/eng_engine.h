@@ -81,7 +81,8 @@ typedef struct {
     eng_event_kind kind;
     /* TOKEN */
     int32_t token;
-    char *text;              /* OWNED: new text (may be empty while a stop string is held back); eng_event_clear */
+    char *
+        text; /* OWNED: new text (may be empty while a stop string is held back); eng_event_clear */
     size_t text_len;
     eng_sample_out so;       /* when want_logprobs */
     /* DONE (a final text tail may come with it in text) */
@@ -153,6 +154,11 @@ typedef struct {
     int32_t kv_window, kv_sliding_window, kv_sliding_layers;
     int64_t kv_seq_max_blocks;
     uint64_t kv_bytes_per_token_full_layers, kv_bytes_per_token_sliding_layers;
+    /* KV groups (kv_layout.h): each group's retention window (0: keeps every
+     * position), layers and bytes per position; block counts in kv.group[] */
+    int kv_n_groups;
+    int32_t kv_group_window[KV_MAX_GROUPS], kv_group_layers[KV_MAX_GROUPS];
+    uint64_t kv_group_bytes_per_token[KV_MAX_GROUPS];
     /* constrained decoding */
     uint64_t grammar_requests;   /* requests with a grammar */
     eng_gmask_stats grammar;     /* masks computed, time, waits, budget redraws */

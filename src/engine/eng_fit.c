@@ -24,40 +24,113 @@ static void fit_format(const wt_config *c, const eng_runtime_opts *o, kv_format 
     if (eng_runtime_kv_format(NULL, c, &q, f, NULL) == KILN_OK) return;
     q.kv_quant = KV_QUANT_OFF;
     q.kv_quant_start = 0;
+    if (eng_runtime_kv_format(NULL, c, &q, f, NULL) == KILN_OK) return;
     int32_t nl = c->n_layers > KV_FMT_MAX_LAYERS ? KV_FMT_MAX_LAYERS : (int32_t)c->n_layers;
     kv_format_init(f, KV_QUANT_OFF, 0, 0, nl > 0 ? nl : 1,
-                   c->head_dim > 0 ? (int32_t)c->head_dim : 1, NULL);
+                   c->head_dim > 0 && c->head_dim <= 65536 ? (int32_t)c->head_dim : 1, NULL);
+}
+
+kiln_code eng_fit_kv_layout(const wt_config *c, int keep_all, kv_layout *out, kiln_err *err)
+{
+    mdl_plan plan;
+    kiln_code rc = mdl_plan_build(c, &plan, err);
+    if (rc) return rc;
+    rc = mdl_kv_layout(&plan, keep_all, out, err);
+    mdl_plan_free(&plan);
+    return rc;
+}
+
+/* The layout for sizing: the plan's, or (a config no plan takes) one uniform
+ * group, so that `kiln fit` still prints something; eng_runtime_open refuses. */
+static void fit_layout(const wt_config *c, int keep_all, kv_layout *l)
+{
+    if (eng_fit_kv_layout(c, keep_all, l, NULL) == KILN_OK) return;
+    int32_t nl = c->n_layers > KV_FMT_MAX_LAYERS ? KV_FMT_MAX_LAYERS : (int32_t)c->n_layers;
+    kv_layout_uniform(l, nl > 0 ? nl : 1, c->n_kv_heads > 0 ? (int32_t)c->n_kv_heads : 1,
+                      c->head_dim > 0 && c->head_dim <= 65536 ? (int32_t)c->head_dim : 1, 0);
 }
 
 int eng_fit_layer_sliding(const wt_config *c, int64_t L)
 {
-    /* mdl_load.c load_layer: the same rule sets mdl_layer.window */
-    return c->sliding_window > 0 && (c->max_window_layers <= 0 || L >= c->max_window_layers);
+    mdl_plan plan;
+    if (mdl_plan_build(c, &plan, NULL) != KILN_OK) return 0;
+    int w = L >= 0 && L < plan.n_layers && plan.layer[L].window > 0;
+    mdl_plan_free(&plan);
+    return w;
 }
 
 int32_t eng_fit_sliding_layers(const wt_config *c)
 {
+    mdl_plan plan;
+    if (mdl_plan_build(c, &plan, NULL) != KILN_OK) return 0;
     int32_t n = 0;
-    for (int64_t L = 0; L < c->n_layers; L++)
-        n += eng_fit_layer_sliding(c, L);
+    for (int32_t L = 0; L < plan.n_layers; L++)
+        n += plan.layer[L].window > 0;
+    mdl_plan_free(&plan);
     return n;
+}
+
+/* The whole pool is one group whose window caps it. */
+static int32_t single_window(const kv_layout *l)
+{
+    return l->n_groups == 1 ? l->window[0] : 0;
 }
 
 int32_t eng_fit_kv_window(const wt_config *c)
 {
-    if (c->n_layers <= 0 || c->sliding_window > INT32_MAX ||
-        eng_fit_sliding_layers(c) != c->n_layers)
-        return 0;
-    return (int32_t)c->sliding_window;
+    kv_layout l;
+    if (eng_fit_kv_layout(c, 0, &l, NULL) != KILN_OK) return 0;
+    return single_window(&l);
 }
 
 uint64_t eng_fit_kv_bytes_layers(const wt_config *c, const kv_format *f, int cls, int sliding)
 {
+    kv_layout l;
+    fit_layout(c, 0, &l);
     uint64_t b = 0;
-    for (int32_t L = 0; L < f->n_layers && L < c->n_layers; L++)
-        if (eng_fit_layer_sliding(c, L) == !!sliding)
-            b += 2 * (uint64_t)c->n_kv_heads *
-                 kn_kv_rec_bytes(kv_format_at(f, cls, L), (int32_t)c->head_dim);
+    for (int g = 0; g < l.n_groups; g++)
+        if ((l.window[g] > 0) == !!sliding) b += kv_layout_bytes_per_token(&l, f, g, cls);
+    return b;
+}
+
+void eng_kv_cost_init(eng_kv_cost *k, const kv_layout *l, const kv_format *f, int32_t block_tokens,
+                      int32_t max_chunk)
+{
+    memset(k, 0, sizeof *k);
+    k->n_groups = l->n_groups;
+    k->block_tokens = block_tokens;
+    k->max_chunk = max_chunk;
+    if (kv_format_split(f) && block_tokens > 0)
+        k->full_positions =
+            ((int64_t)f->quant_start + block_tokens - 1) / block_tokens * block_tokens;
+    for (int g = 0; g < l->n_groups; g++) {
+        k->window[g] = l->window[g];
+        k->bpt[g] = kv_layout_bytes_per_token(l, f, g, KV_CLASS_MAIN);
+        k->bpt_full[g] =
+            kv_format_split(f) ? kv_layout_bytes_per_token(l, f, g, KV_CLASS_FULL) : k->bpt[g];
+    }
+}
+
+int64_t eng_kv_cost_positions(const eng_kv_cost *k, int g, int64_t tokens)
+{
+    if (tokens <= 0) return 0;
+    if (k->window[g] <= 0) return tokens;
+    int64_t cap =
+        kv_seq_max_blocks(k->window[g], k->max_chunk, k->block_tokens, tokens) * k->block_tokens;
+    return tokens < cap ? tokens : cap;
+}
+
+uint64_t eng_kv_cost_seq(const eng_kv_cost *k, int64_t tokens)
+{
+    uint64_t b = 0;
+    for (int g = 0; g < k->n_groups; g++) {
+        int64_t pos = eng_kv_cost_positions(k, g, tokens);
+        /* a capped group holds the last blocks of a long sequence: f32 ones only when
+         * they reach back before the start (kv_pool_can_hold counts them alike) */
+        int64_t first = tokens - pos, nf = k->full_positions - first;
+        nf = nf < 0 ? 0 : nf > pos ? pos : nf;
+        b += k->bpt_full[g] * (uint64_t)nf + k->bpt[g] * (uint64_t)(pos - nf);
+    }
     return b;
 }
 
@@ -81,24 +154,39 @@ eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts 
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_step_tokens <= 0) o.max_step_tokens = 512;
     if (o.ctx <= 0) o.ctx = c->max_pos > 0 && c->max_pos < 4096 ? (int32_t)c->max_pos : 4096;
-    /* every layer slides: a sequence holds only its window's blocks (eng_seq) */
-    o.kv_window = o.kv_window_off ? 0 : eng_fit_kv_window(c);
-    int64_t per_seq = kv_seq_max_blocks(o.kv_window, o.max_step_tokens, o.block_tokens, o.ctx) + 1;
+    kv_layout l;
+    fit_layout(c, o.kv_window_off, &l);
+    o.kv_window = single_window(&l); /* the pool is one sliding group: all of it is capped */
+    /* blocks one sequence of ctx holds per group (+1: a step may straddle one more) */
+    int64_t per_seq[KV_MAX_GROUPS];
+    for (int g = 0; g < l.n_groups; g++)
+        per_seq[g] = kv_seq_max_blocks(l.window[g], o.max_step_tokens, o.block_tokens, o.ctx) + 1;
     if (o.n_blocks <= 0) {
-        int64_t nb = per_seq * o.max_seqs;
+        int64_t nb = per_seq[0] * o.max_seqs;
         o.n_blocks = nb > INT32_MAX ? INT32_MAX : (int32_t)nb;
     }
+    /* the other groups get the same number of sequences' worth as group 0 */
+    memset(o.group_blocks, 0, sizeof o.group_blocks);
+    memset(o.group_blocks_full, 0, sizeof o.group_blocks_full);
+    for (int g = 0; g < l.n_groups; g++) {
+        int64_t nb =
+            g == 0 ? o.n_blocks : ((int64_t)o.n_blocks * per_seq[g] + per_seq[0] - 1) / per_seq[0];
+        o.group_blocks[g] = nb > INT32_MAX ? INT32_MAX : nb < 1 ? 1 : (int32_t)nb;
+    }
     /* --quantized-kv-start: each sequence's first ceil(start / bt) blocks are
-     * full precision; the pool keeps that share of its blocks in that class */
+     * full precision; each group keeps that share of its blocks in that class */
     o.n_blocks_full = 0;
     if (o.kv_quant_start > 0) {
         kv_format f;
         fit_format(c, &o, &f);
         if (kv_format_split(&f)) {
             int64_t full = ((int64_t)o.kv_quant_start + o.block_tokens - 1) / o.block_tokens;
-            if (full > per_seq) full = per_seq;
-            int64_t nf = ((int64_t)o.n_blocks * full + per_seq - 1) / per_seq;
-            o.n_blocks_full = nf > o.n_blocks ? o.n_blocks : (int32_t)nf;
+            for (int g = 0; g < l.n_groups; g++) {
+                int64_t fg = full > per_seq[g] ? per_seq[g] : full;
+                int64_t nf = ((int64_t)o.group_blocks[g] * fg + per_seq[g] - 1) / per_seq[g];
+                o.group_blocks_full[g] = nf > o.group_blocks[g] ? o.group_blocks[g] : (int32_t)nf;
+            }
+            o.n_blocks_full = o.group_blocks_full[0];
         }
     }
     /* decode needs one logits row per sequence; all-position prefill (logits
@@ -120,59 +208,89 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
     kv_format kf;
     fit_format(c, o, &kf);
     kv_format_describe(&kf, f->kv_format, sizeof f->kv_format);
-    f->kv_bytes_per_token = kv_format_bytes_per_token(&kf, KV_CLASS_MAIN, (int32_t)c->n_kv_heads);
-    f->kv_bytes_per_token_full =
-        kv_format_split(&kf) ? kv_format_bytes_per_token(&kf, KV_CLASS_FULL, (int32_t)c->n_kv_heads)
-                             : f->kv_bytes_per_token;
-    uint64_t fl[2], sl[2]; /* per class: full-attention and sliding layers */
-    for (int cls = 0; cls < 2; cls++) {
-        fl[cls] = eng_fit_kv_bytes_layers(c, &kf, cls, 0);
-        sl[cls] = eng_fit_kv_bytes_layers(c, &kf, cls, 1);
+    kv_layout attn, l; /* the layers' windows; what the pool keeps (kv_window_off: all) */
+    fit_layout(c, 0, &attn);
+    l = attn;
+    if (o->kv_window_off) kv_layout_keep_all(&l);
+    eng_kv_cost_init(&f->kv_cost, &l, &kf, o->block_tokens, o->max_step_tokens);
+    f->n_kv_groups = l.n_groups;
+    f->kv_layers = kv_layout_layers(&l, -1);
+    uint64_t fl[2] = {0, 0}, sl[2] = {0, 0}; /* per class: full-attention and sliding groups */
+    int32_t total_blocks = 0;
+    for (int g = 0; g < l.n_groups; g++) {
+        eng_fit_group *fg = &f->kv_group[g];
+        fg->window = l.window[g];
+        fg->attn_window = attn.window[g];
+        fg->layers = kv_layout_layers(&l, g);
+        fg->bytes_per_token = f->kv_cost.bpt[g];
+        fg->bytes_per_token_full = f->kv_cost.bpt_full[g];
+        fg->seq_max_blocks =
+            kv_seq_max_blocks(l.window[g], o->max_step_tokens, o->block_tokens, o->ctx);
+        fg->n_blocks = o->group_blocks[g];
+        fg->n_blocks_full = o->group_blocks_full[g];
+        for (int cls = 0; cls < 2; cls++) {
+            uint64_t b = kv_layout_bytes_per_token(&l, &kf, g, cls);
+            if (attn.window[g] > 0)
+                sl[cls] += b;
+            else
+                fl[cls] += b;
+        }
+        f->kv_bytes_per_token += fg->bytes_per_token;
+        f->kv_bytes_per_token_full += fg->bytes_per_token_full;
+        /* the same sum kv_pool_create allocates */
+        f->kv_pool_bytes += (fg->bytes_per_token_full * (uint64_t)fg->n_blocks_full +
+                             fg->bytes_per_token * (uint64_t)(fg->n_blocks - fg->n_blocks_full)) *
+                            (uint64_t)o->block_tokens;
+        total_blocks += fg->n_blocks;
+        if (attn.window[g] > f->sliding_window) f->sliding_window = attn.window[g];
     }
     f->kv_bytes_per_token_full_layers = fl[KV_CLASS_MAIN];
     f->kv_bytes_per_token_sliding_layers = sl[KV_CLASS_MAIN];
-    f->sliding_window = c->sliding_window > INT32_MAX ? INT32_MAX : (int32_t)c->sliding_window;
     f->sliding_layers = eng_fit_sliding_layers(c);
     f->kv_window = o->kv_window;
-    f->kv_seq_max_blocks =
-        kv_seq_max_blocks(o->kv_window, o->max_step_tokens, o->block_tokens, o->ctx);
-    int64_t full_pos = 0; /* block-granular, as kv_format_class splits */
-    if (kv_format_split(&kf))
-        full_pos =
-            ((int64_t)o->kv_quant_start + o->block_tokens - 1) / o->block_tokens * o->block_tokens;
-    f->kv_seq_bytes =
-        eng_admit_seq_kv_bytes_split(f->kv_bytes_per_token, f->kv_bytes_per_token_full, full_pos,
-                                     eng_admit_seq_positions(o, o->ctx));
-    /* the same sum kv_pool_create allocates */
-    f->kv_pool_bytes = (f->kv_bytes_per_token_full * (uint64_t)o->n_blocks_full +
-                        f->kv_bytes_per_token * (uint64_t)(o->n_blocks - o->n_blocks_full)) *
-                       (uint64_t)o->block_tokens;
-    f->scratch_bytes = mdl_scratch_bytes(c, o->n_threads, o->max_step_tokens, o->max_seqs, o->ctx, NULL);
+    f->kv_seq_max_blocks = f->kv_group[0].seq_max_blocks;
+    f->kv_seq_bytes = eng_kv_cost_seq(&f->kv_cost, o->ctx);
+    mdl_plan plan;
+    uint64_t vecs = 0;
+    int have_plan = mdl_plan_build(c, &plan, NULL) == KILN_OK;
+    if (have_plan) {
+        f->scratch_bytes =
+            mdl_scratch_bytes(&plan, o->n_threads, o->max_step_tokens, o->max_seqs, o->ctx, NULL);
+        /* f32 copies of norms and biases */
+        for (int32_t L = 0; L < plan.n_layers; L++) {
+            const mdl_layer_plan *lp = &plan.layer[L];
+            vecs += (uint64_t)(3 * plan.hidden + 2 * lp->head_dim +
+                               (int64_t)(lp->n_heads + 2 * lp->n_kv_heads) * lp->head_dim +
+                               2 * lp->ffn_dim) *
+                    4;
+        }
+        mdl_plan_free(&plan);
+    }
     f->logits_bytes = (uint64_t)o->logit_rows * (uint64_t)c->vocab * 4;
-    /* sampler scratch; f32 copies of norms and biases; pool metadata and index */
-    uint64_t vecs = (uint64_t)c->n_layers *
-                    (uint64_t)(2 * c->hidden + 2 * c->head_dim + (c->n_heads + 2 * c->n_kv_heads) * c->head_dim +
-                               2 * c->intermediate + c->hidden) * 4;
-    f->other_bytes = eng_sample_scratch_bytes(c->vocab) + vecs + (uint64_t)o->n_blocks * 64;
-    f->total_bytes = f->weights_bytes + f->kv_pool_bytes + f->scratch_bytes + f->logits_bytes +
-                     f->other_bytes;
+    /* sampler scratch; norm/bias copies; pool metadata and index */
+    f->other_bytes = eng_sample_scratch_bytes(c->vocab) + vecs + (uint64_t)total_blocks * 64;
+    f->total_bytes =
+        f->weights_bytes + f->kv_pool_bytes + f->scratch_bytes + f->logits_bytes + f->other_bytes;
     /* decode streams every weight except the embedding table (one row), plus
      * the K/V of the context so far (ctx/2 on average; a sliding layer reads
      * only its window, whether or not its blocks are capped) */
     uint64_t embed = (uint64_t)c->vocab * (uint64_t)c->hidden; /* elements */
     int64_t half = o->ctx / 2, start = kv_format_split(&kf) ? o->kv_quant_start : 0;
-    f->read_per_token =
-        weights_bytes + kv_read_bytes(fl[KV_CLASS_MAIN], fl[KV_CLASS_FULL], start, half, 0) +
-        kv_read_bytes(sl[KV_CLASS_MAIN], sl[KV_CLASS_FULL], start, half, f->sliding_window);
+    f->read_per_token = weights_bytes;
+    for (int g = 0; g < attn.n_groups; g++)
+        f->read_per_token += kv_read_bytes(kv_layout_bytes_per_token(&attn, &kf, g, KV_CLASS_MAIN),
+                                           kv_layout_bytes_per_token(&attn, &kf, g, KV_CLASS_FULL),
+                                           start, half, attn.window[g]);
     if (!c->tie_word_embeddings) {
         /* the untied table is only gathered: subtract its share (its bytes per
          * element are those of the whole file, close enough for a prediction) */
-        uint64_t params = (uint64_t)c->n_layers *
-                              (uint64_t)((c->n_heads + 2 * c->n_kv_heads) * c->head_dim * c->hidden +
-                                         c->n_heads * c->head_dim * c->hidden +
-                                         3 * c->intermediate * c->hidden) +
-                          2 * embed;
-        if (params > 0) f->read_per_token -= (uint64_t)((double)weights_bytes * (double)embed / (double)params);
+        uint64_t params =
+            (uint64_t)c->n_layers *
+                (uint64_t)((c->n_heads + 2 * c->n_kv_heads) * c->head_dim * c->hidden +
+                           c->n_heads * c->head_dim * c->hidden + 3 * c->intermediate * c->hidden) +
+            2 * embed;
+        if (params > 0)
+            f->read_per_token -= (uint64_t)((double)weights_bytes * (double)embed / (double)params);
     }
 }
 
@@ -213,8 +331,10 @@ int32_t eng_fit_max_ctx(const wt_config *c, uint64_t weights_bytes, const eng_ru
         o.ctx = mid * bt;
         eng_fit f;
         eng_fit_compute(c, weights_bytes, &o, &f);
-        if (f.total_bytes <= budget) lo = mid;
-        else hi = mid - 1;
+        if (f.total_bytes <= budget)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo * bt;
 }
@@ -244,7 +364,8 @@ double eng_measure_bandwidth(int n_threads)
     size_t bytes = (size_t)512 << 20, n = bytes / 8;
     uint64_t *buf = malloc(bytes);
     if (!buf) return 0.0;
-    for (size_t i = 0; i < n; i++) buf[i] = i;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i;
     kn_pool *pool = NULL;
     if (n_threads > 1 && kn_pool_create(n_threads, &pool, NULL) != KILN_OK) pool = NULL;
     bw_ctx c = {.buf = buf};

@@ -16,6 +16,30 @@
 #include "engine/eng_runtime.h"
 #include "weights/wt_config.h"
 
+/* What one sequence's K/V costs, per KV group (kv_layout.h): the bytes of a
+ * position, the window that caps what a group holds, the f32 positions before
+ * --quantized-kv-start. Built once (eng_kv_cost_init) and used by `kiln fit`,
+ * --memory-budget and --kv-budget alike. */
+typedef struct {
+    int n_groups;
+    int32_t block_tokens, max_chunk;
+    int64_t full_positions;           /* block-granular; 0 without a split */
+    int32_t window[KV_MAX_GROUPS];    /* retention: 0 keeps every position */
+    uint64_t bpt[KV_MAX_GROUPS];      /* K+V bytes of a position, main class */
+    uint64_t bpt_full[KV_MAX_GROUPS]; /* the same before --quantized-kv-start */
+} eng_kv_cost;
+
+/* One KV group's share of the plan. */
+typedef struct {
+    int32_t window;           /* retention window (0: keeps every position) */
+    int32_t attn_window;      /* its layers' attention window (0: full attention) */
+    int32_t layers;           /* layers that store K/V in it */
+    uint64_t bytes_per_token; /* K+V of one position, main class */
+    uint64_t bytes_per_token_full;
+    int64_t seq_max_blocks;          /* blocks one sequence of ctx positions holds at most */
+    int32_t n_blocks, n_blocks_full; /* its share of the pool */
+} eng_fit_group;
+
 typedef struct {
     eng_runtime_opts o;          /* the options with every default resolved */
     uint64_t weights_bytes;      /* tensors as mapped (the safetensors data) */
@@ -40,20 +64,33 @@ typedef struct {
     uint64_t logits_bytes;       /* logit rows x vocab x 4 */
     uint64_t other_bytes;        /* sampler scratch, norm/bias copies, tables */
     uint64_t total_bytes;
-    uint64_t read_per_token;     /* bytes streamed per decoded token at ctx/2 (weights + KV) */
+    uint64_t read_per_token; /* bytes streamed per decoded token at ctx/2 (weights + KV) */
+    int n_kv_groups;         /* KV groups of the pool (kv_layout.h) */
+    eng_fit_group kv_group[KV_MAX_GROUPS];
+    int32_t kv_layers; /* layers that store K/V (KV-shared and recurrent ones do not) */
+    eng_kv_cost kv_cost;
 } eng_fit;
 
 /* API */
-/* 1 when layer L attends through a sliding window (the rule mdl_load applies:
- * Mistral every layer, Qwen2/3 layers >= max_window_layers). */
+/* 1 when layer L attends through a sliding window (the model's plan). */
 int eng_fit_layer_sliding(const wt_config *c, int64_t L);
 int32_t eng_fit_sliding_layers(const wt_config *c);
-/* The window sequences' KV can be capped at: the model's window when every
- * layer slides, else 0 (docs/kv.md, Sliding-window layers). */
+/* The window every sequence's KV is capped at when the whole pool is one
+ * sliding group (every layer that stores K/V slides), else 0; mixed models
+ * cap their sliding groups apart (eng_fit.kv_group, docs/kv.md). */
 int32_t eng_fit_kv_window(const wt_config *c);
+/* The KV layout of a config's plan (kv_layout.h); keep_all: no window caps. */
+kiln_code eng_fit_kv_layout(const wt_config *c, int keep_all, kv_layout *out, kiln_err *err);
 /* K+V bytes of one position over the full-attention (sliding 0) or the
  * sliding-window (sliding 1) layers, in block class cls of format f. */
 uint64_t eng_fit_kv_bytes_layers(const wt_config *c, const kv_format *f, int cls, int sliding);
+/* Costs of a layout in format f (block size, step chunk). */
+void eng_kv_cost_init(eng_kv_cost *k, const kv_layout *l, const kv_format *f, int32_t block_tokens,
+                      int32_t max_chunk);
+/* Positions of a sequence of `tokens` that group g holds at once (window-capped). */
+int64_t eng_kv_cost_positions(const eng_kv_cost *k, int g, int64_t tokens);
+/* K/V bytes a sequence of `tokens` positions holds at most, over every group. */
+uint64_t eng_kv_cost_seq(const eng_kv_cost *k, int64_t tokens);
 /* Fills the defaults of o from the config (threads, ctx, pool size, logit rows,
  * the window cap). A sequence holds at most kv_seq_max_blocks(ctx) blocks; the
  * default pool is max_seqs x (that + 1). */

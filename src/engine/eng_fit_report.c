@@ -27,7 +27,7 @@ static int put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
 
 char *eng_fit_report_json(const eng_fit *f, const eng_admit_plan *plan, double bw)
 {
-    size_t cap = 2048, len = 0;
+    size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     if (!buf) return NULL;
     double tok_s = bw > 0 && f->read_per_token ? bw * 1e9 / (double)f->read_per_token : 0;
@@ -58,6 +58,18 @@ char *eng_fit_report_json(const eng_fit *f, const eng_admit_plan *plan, double b
         f->kv_bytes_per_token_full_layers, f->kv_bytes_per_token_sliding_layers,
         (int)f->sliding_window, (int)f->sliding_layers, (int)f->kv_window, f->kv_seq_max_blocks,
         f->kv_seq_bytes);
+    put(buf, cap, &len, ", \"kv_layers\": %d, \"kv_groups\": [", (int)f->kv_layers);
+    for (int g = 0; g < f->n_kv_groups; g++) {
+        const eng_fit_group *fg = &f->kv_group[g];
+        put(buf, cap, &len,
+            "%s{\"window\": %d, \"attention_window\": %d, \"layers\": %d, \"bytes_per_token\": "
+            "%" PRIu64 ", \"bytes_per_token_full\": %" PRIu64 ", \"seq_max_blocks\": %" PRId64
+            ", \"blocks\": %d, \"blocks_full\": %d}",
+            g ? ", " : "", (int)fg->window, (int)fg->attn_window, (int)fg->layers,
+            fg->bytes_per_token, fg->bytes_per_token_full, fg->seq_max_blocks, (int)fg->n_blocks,
+            (int)fg->n_blocks_full);
+    }
+    put(buf, cap, &len, "]");
     if (plan && plan->budget_bytes) {
         char enf[16] = "null";
         if (plan->enforced_context) snprintf(enf, sizeof enf, "%d", (int)plan->enforced_context);

@@ -33,15 +33,16 @@ kiln_code eng_runtime_kv_format(const char *dir, const wt_config *c, const eng_r
         *out = *o->kv_fmt;
         return KILN_OK;
     }
-    if (c->n_layers > KV_FMT_MAX_LAYERS || c->head_dim > INT32_MAX)
-        return kiln_fail(err, KILN_E_UNSUPPORTED, "kv format: %lld layers", (long long)c->n_layers);
+    kv_layout l; /* each layer's records at its own head_dim */
+    kiln_code rc = eng_fit_kv_layout(c, 0, &l, err);
+    if (rc) return rc;
     if (o->kv_quant == KV_QUANT_CONFIG) {
         if (!dir) return kiln_fail(err, KILN_E_INVALID, "--kv-quant config needs the model folder");
-        return kv_format_load_config(dir, o->kv_group, o->kv_quant_start, (int32_t)c->n_layers,
-                                     (int32_t)c->head_dim, out, err);
+        return kv_format_load_config_dims(dir, o->kv_group, o->kv_quant_start, l.n_layers,
+                                          l.head_dim, out, err);
     }
-    return kv_format_init(out, o->kv_quant, o->kv_group, o->kv_quant_start, (int32_t)c->n_layers,
-                          (int32_t)c->head_dim, err);
+    return kv_format_init_dims(out, o->kv_quant, o->kv_group, o->kv_quant_start, l.n_layers,
+                               l.head_dim, err);
 }
 
 void eng_runtime_close(eng_runtime *rt)
@@ -73,11 +74,18 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
     kv_format_describe(&rt->kv_fmt, rt->kv_desc, sizeof rt->kv_desc);
     rt->o = eng_runtime_resolve(c, &rt->o); /* the same sizing `kiln fit` predicts */
     if ((rc = kn_pool_create(rt->o.n_threads, &rt->pool, err))) goto fail;
-    kv_pool_config kc = mdl_kv_shape(rt->model, rt->o.n_blocks, rt->o.block_tokens);
-    kc.fmt = &rt->kv_fmt;
-    kc.n_blocks_full = rt->o.n_blocks_full;
-    kc.window = rt->o.kv_window; /* all layers slide: sequences give old blocks back */
-    kc.max_chunk = rt->o.max_step_tokens;
+    kv_layout layout; /* sliding groups give old blocks back unless kv_window_off */
+    if ((rc = mdl_kv_layout(mdl_get_plan(rt->model), rt->o.kv_window_off, &layout, err))) goto fail;
+    kv_pool_config kc = {.n_blocks = rt->o.n_blocks,
+                         .block_tokens = rt->o.block_tokens,
+                         .fmt = &rt->kv_fmt,
+                         .n_blocks_full = rt->o.n_blocks_full,
+                         .max_chunk = rt->o.max_step_tokens,
+                         .layout = &layout};
+    for (int g = 1; g < KV_MAX_GROUPS; g++) {
+        kc.group_blocks[g] = rt->o.group_blocks[g];
+        kc.group_blocks_full[g] = rt->o.group_blocks_full[g];
+    }
     if ((rc = kv_pool_create(&kc, &rt->kv, err))) goto fail;
     if ((rc = mdl_ctx_create(rt->model, rt->pool, rt->o.max_step_tokens, rt->o.max_seqs,
                              rt->o.ctx, &rt->cx, err)))

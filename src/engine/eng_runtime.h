@@ -38,10 +38,13 @@ typedef struct {
                                 to its own copy in rt->o) */
     int32_t n_blocks_full;   /* OUT (eng_runtime_resolve): blocks of the full-precision
                                 class when kv_quant_start splits the pool */
-    int kv_window_off;       /* 1: an all-sliding-window model keeps every block (giving
-                                blocks back is memory-only; tests compare against this) */
-    int32_t kv_window;       /* OUT (eng_runtime_resolve): the window a sequence's blocks are
-                                capped at (eng_fit_kv_window); 0 = not capped */
+    int kv_window_off;       /* 1: sliding layers keep every block (giving blocks back is
+                                memory-only; tests compare against this) */
+    int32_t kv_window;       /* OUT (eng_runtime_resolve): the window every sequence's blocks
+                                are capped at when the pool is one sliding group
+                                (eng_fit_kv_window); 0 = not (mixed models cap per group) */
+    int32_t group_blocks[KV_MAX_GROUPS];      /* OUT: blocks of each KV group ([0] = n_blocks) */
+    int32_t group_blocks_full[KV_MAX_GROUPS]; /* OUT: of them, full precision */
 } eng_runtime_opts;
 
 typedef struct {

@@ -1,5 +1,6 @@
 /*
- * eng_seq.c — sequences over the paged KV pool, and the batched step.
+ * eng_seq.c — sequences over the paged KV pool (one block table per KV group),
+ * and the batched step.
  * Threads: engine thread only.
  */
 #include "engine/eng_seq.h"
@@ -29,9 +30,12 @@ kiln_code eng_seq_create(const int32_t *prompt, int32_t n, eng_seq **out, kiln_e
 void eng_seq_free(eng_seq *s, kv_pool *kv)
 {
     if (!s) return;
-    for (int32_t i = s->n_dropped; i < s->n_blocks; i++)
-        kv_pool_release(kv, s->blocks[i]);
-    free(s->blocks);
+    for (int g = 0; g < s->n_groups; g++) {
+        for (int32_t i = s->n_dropped[g]; i < s->n_blocks; i++)
+            kv_pool_release(kv, s->blocks[g][i]);
+    }
+    for (int g = 0; g < KV_MAX_GROUPS; g++)
+        free(s->blocks[g]);
     free(s->hashes);
     free(s->tokens);
     free(s);
@@ -50,14 +54,19 @@ kiln_code eng_seq_append(eng_seq *s, int32_t tok, kiln_err *err)
     return KILN_OK;
 }
 
-static kiln_code grow_blocks(eng_seq *s, int32_t need, kiln_err *err)
+/* Room for `need` entries in every group's table (and the hash chain). */
+static kiln_code grow_blocks(eng_seq *s, const kv_pool *kv, int32_t need, kiln_err *err)
 {
+    if (s->n_groups == 0) s->n_groups = kv_pool_n_groups(kv);
     if (need <= s->cap_blocks) return KILN_OK;
     int32_t nc = s->cap_blocks ? s->cap_blocks : 8;
-    while (nc < need) nc *= 2;
-    kv_block_id *b = realloc(s->blocks, sizeof *b * (size_t)nc);
-    if (!b) return kiln_fail(err, KILN_E_NOMEM, "sequence: out of memory");
-    s->blocks = b;
+    while (nc < need)
+        nc *= 2;
+    for (int g = 0; g < s->n_groups; g++) {
+        kv_block_id *b = realloc(s->blocks[g], sizeof *b * (size_t)nc);
+        if (!b) return kiln_fail(err, KILN_E_NOMEM, "sequence: out of memory");
+        s->blocks[g] = b;
+    }
     uint64_t *h = realloc(s->hashes, sizeof *h * (size_t)nc);
     if (!h) return kiln_fail(err, KILN_E_NOMEM, "sequence: out of memory");
     s->hashes = h;
@@ -65,46 +74,69 @@ static kiln_code grow_blocks(eng_seq *s, int32_t need, kiln_err *err)
     return KILN_OK;
 }
 
-/* Sliding window: the hit ending at block e needs blocks [first(e), e) only.
- * The hash chain is computed for every full block (block j's hash covers all
- * tokens before it); the longest e whose needed blocks are all present (RAM or
- * tier, probed without taking anything) is taken. A block that fails to load
- * after the probe (evicted meanwhile, a bad SSD entry) ends the hit before it:
- * what was taken goes back and the search repeats below it. */
-static int32_t attach_window(eng_seq *s, kv_pool *kv, uint64_t ns, int32_t max_full)
+/* The first block group g still needs when the next query sits at `pos`. */
+static int32_t first_needed(const kv_pool *kv, int g, int64_t pos)
 {
-    const kv_pool_config *c = kv_pool_cfg(kv);
-    int32_t bt = c->block_tokens, w = c->window;
+    return kv_window_first_block(kv_pool_group_window(kv, g), kv_pool_cfg(kv)->block_tokens, pos);
+}
+
+/* Prefix hit with a window in some group: the hit ending at block e needs, in
+ * each group g, blocks [first_needed(g, e), e). The hash chain is computed for
+ * every full block (block j's hash covers all tokens before it); the longest e
+ * whose needed blocks are all present (RAM or tier, probed without taking
+ * anything) is taken. A block that fails to load after the probe (evicted
+ * meanwhile, a bad SSD entry) ends the hit before it: what was taken goes back
+ * and the search repeats below it. */
+static int32_t attach_windowed(eng_seq *s, kv_pool *kv, uint64_t ns, int32_t max_full)
+{
+    int32_t bt = kv_pool_cfg(kv)->block_tokens, G = s->n_groups;
     uint64_t parent = 0;
     for (int32_t i = 0; i < max_full; i++)
         parent = s->hashes[i] = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
     for (int32_t limit = max_full; limit > 0;) {
-        int32_t e = 0, run = 0; /* run: present blocks in a row ending at i */
+        int32_t e = 0, run[KV_MAX_GROUPS] = {0}; /* run: present blocks in a row ending at i */
         for (int32_t i = 0; i < limit; i++) {
-            run = kv_pool_find(kv, s->hashes[i]) ? run + 1 : 0;
-            if (run > 0 && i + 1 - run <= kv_window_first_block(w, bt, (int64_t)(i + 1) * bt))
-                e = i + 1;
+            int ok = 1;
+            for (int g = 0; g < G; g++) {
+                run[g] = kv_pool_find(kv, g, s->hashes[i]) ? run[g] + 1 : 0;
+                ok &= run[g] > 0 && i + 1 - run[g] <= first_needed(kv, g, (int64_t)(i + 1) * bt);
+            }
+            if (ok) e = i + 1;
         }
         if (e == 0) break;
-        int32_t j0 = kv_window_first_block(w, bt, (int64_t)e * bt), j = j0;
-        for (; j < e; j++) {
-            kv_block_id b = kv_pool_lookup(kv, s->hashes[j]);
-            if (b < 0) b = kv_pool_lookup_tier(kv, s->hashes[j], j);
-            if (b < 0) break;
-            s->blocks[j] = b;
+        int32_t bad = e; /* the lowest index that failed to load */
+        int g = 0;
+        for (; g < G; g++) {
+            int32_t j0 = first_needed(kv, g, (int64_t)e * bt), j = j0;
+            for (; j < e; j++) {
+                kv_block_id b = kv_pool_lookup(kv, g, s->hashes[j]);
+                if (b < 0) b = kv_pool_lookup_tier(kv, g, s->hashes[j], j);
+                if (b < 0) break;
+                s->blocks[g][j] = b;
+            }
+            if (j < e) { /* give back what group g took, then the groups before it */
+                bad = j;
+                while (j > j0)
+                    kv_pool_release(kv, s->blocks[g][--j]);
+                break;
+            }
         }
-        if (j == e) {
-            for (int32_t k = 0; k < j0; k++)
-                s->blocks[k] = -1;
+        if (g == G) {
+            for (g = 0; g < G; g++) {
+                int32_t j0 = first_needed(kv, g, (int64_t)e * bt);
+                for (int32_t k = 0; k < j0; k++)
+                    s->blocks[g][k] = -1;
+                s->n_dropped[g] = j0;
+            }
             s->n_blocks = s->n_published = e;
-            s->n_dropped = j0;
             s->n_cached = e * bt;
             s->n_prefix_hit = s->n_cached;
             return s->n_cached;
         }
-        while (j > j0)
-            kv_pool_release(kv, s->blocks[--j]);
-        limit = j; /* block j is missing: a hit must end before it */
+        while (g-- > 0)
+            for (int32_t j = first_needed(kv, g, (int64_t)e * bt); j < e; j++)
+                kv_pool_release(kv, s->blocks[g][j]);
+        limit = bad; /* block `bad` is missing: a hit must end before it */
     }
     return 0;
 }
@@ -114,18 +146,27 @@ int32_t eng_seq_attach_prefix(eng_seq *s, kv_pool *kv, uint64_t ns)
     if (ns == 0 || s->n_cached != 0 || s->n_blocks != 0) return 0; /* 0: cache off */
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
     int32_t max_full = (s->n_tokens - 1) / bt; /* keep >= 1 token pending */
-    if (grow_blocks(s, max_full, NULL) != KILN_OK) return 0;
-    if (kv_pool_cfg(kv)->window > 0) return attach_window(s, kv, ns, max_full);
+    if (grow_blocks(s, kv, max_full, NULL) != KILN_OK) return 0;
+    for (int g = 0; g < s->n_groups; g++)
+        if (kv_pool_group_window(kv, g) > 0) return attach_windowed(s, kv, ns, max_full);
+    /* every group keeps every block: walk the chain until a group misses */
     uint64_t parent = 0;
     for (int32_t i = 0; i < max_full; i++) {
         uint64_t h = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
-        kv_block_id b = kv_pool_lookup(kv, h);
-        if (b < 0) b = kv_pool_lookup_tier(kv, h, i); /* RAM miss: the SSD tier, if any */
-        if (b < 0) break;
-        s->blocks[s->n_blocks] = b;
-        s->hashes[s->n_blocks] = h;
-        s->n_blocks++;
-        s->n_published = s->n_blocks;
+        int g = 0;
+        for (; g < s->n_groups; g++) {
+            kv_block_id b = kv_pool_lookup(kv, g, h);
+            if (b < 0) b = kv_pool_lookup_tier(kv, g, h, i); /* RAM miss: the SSD tier, if any */
+            if (b < 0) break;
+            s->blocks[g][i] = b;
+        }
+        if (g < s->n_groups) {
+            while (g-- > 0)
+                kv_pool_release(kv, s->blocks[g][i]);
+            break;
+        }
+        s->hashes[i] = h;
+        s->n_blocks = s->n_published = i + 1;
         parent = h;
     }
     s->n_cached = s->n_blocks * bt;
@@ -137,32 +178,44 @@ kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err
 {
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
     int32_t need = (n_positions + bt - 1) / bt;
-    kiln_code rc = grow_blocks(s, need, err);
+    kiln_code rc = grow_blocks(s, kv, need, err);
     if (rc) return rc;
     while (s->n_blocks < need) {
-        kv_block_id b;
-        if ((rc = kv_pool_alloc_at(kv, s->n_blocks, &b, err))) return rc;
-        s->blocks[s->n_blocks++] = b;
+        int g = 0;
+        for (; g < s->n_groups; g++)
+            if ((rc = kv_pool_alloc_at(kv, g, s->n_blocks, &s->blocks[g][s->n_blocks], err))) break;
+        if (rc) { /* the row stays whole: give back what the other groups got */
+            while (g-- > 0)
+                kv_pool_release(kv, s->blocks[g][s->n_blocks]);
+            return rc;
+        }
+        s->n_blocks++;
     }
     return KILN_OK;
 }
 
 void eng_seq_drop_kv(eng_seq *s, kv_pool *kv)
 {
-    while (s->n_blocks > s->n_dropped)
-        kv_pool_release(kv, s->blocks[--s->n_blocks]);
+    for (int g = 0; g < s->n_groups; g++) {
+        for (int32_t i = s->n_dropped[g]; i < s->n_blocks; i++)
+            kv_pool_release(kv, s->blocks[g][i]);
+        s->n_dropped[g] = 0;
+    }
     s->n_blocks = 0;
-    s->n_dropped = 0;
     s->n_cached = 0;
     s->n_published = 0;
 }
 
-/* Forgets the last block-table entry (releasing it unless given back). */
+/* Forgets the last block-table entry of every group (releasing it unless given back). */
 static void forget_last(eng_seq *s, kv_pool *kv)
 {
     s->n_blocks--;
-    if (s->n_blocks >= s->n_dropped) kv_pool_release(kv, s->blocks[s->n_blocks]);
-    else s->n_dropped = s->n_blocks;
+    for (int g = 0; g < s->n_groups; g++) {
+        if (s->n_blocks >= s->n_dropped[g])
+            kv_pool_release(kv, s->blocks[g][s->n_blocks]);
+        else
+            s->n_dropped[g] = s->n_blocks;
+    }
 }
 
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
@@ -182,21 +235,25 @@ void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
         s->n_cached = (keep - 1) * bt;
     }
     if (s->n_published > s->n_cached / bt) s->n_published = s->n_cached / bt;
-    /* sliding window: the window of the new end may reach blocks given back;
+    /* sliding groups: the window of the new end may reach blocks given back;
      * take them back from the cache (their hashes are known), else recompute */
-    int32_t need = kv_window_first_block(kv_pool_cfg(kv)->window, bt, s->n_cached);
-    while (s->n_dropped > need && s->n_dropped - 1 < s->n_published) {
-        int32_t j = s->n_dropped - 1;
-        kv_block_id b = kv_pool_lookup(kv, s->hashes[j]);
-        if (b < 0) b = kv_pool_lookup_tier(kv, s->hashes[j], j);
-        if (b < 0) break;
-        s->blocks[j] = b;
-        s->n_dropped = j;
+    int lost = 0;
+    for (int g = 0; g < s->n_groups && !lost; g++) {
+        int32_t need = first_needed(kv, g, s->n_cached);
+        while (s->n_dropped[g] > need && s->n_dropped[g] - 1 < s->n_published) {
+            int32_t j = s->n_dropped[g] - 1;
+            kv_block_id b = kv_pool_lookup(kv, g, s->hashes[j]);
+            if (b < 0) b = kv_pool_lookup_tier(kv, g, s->hashes[j], j);
+            if (b < 0) break;
+            s->blocks[g][j] = b;
+            s->n_dropped[g] = j;
+        }
+        lost = s->n_dropped[g] > need;
     }
-    if (s->n_dropped > need) eng_seq_drop_kv(s, kv);
+    if (lost) eng_seq_drop_kv(s, kv);
 }
 
-/* Publishes the sequence's newly full blocks under its hash chain. */
+/* Publishes the sequence's newly full blocks under its hash chain, in every group. */
 static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
 {
     if (ns == 0) return; /* prefix cache off */
@@ -206,22 +263,24 @@ static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
         uint64_t parent = i ? s->hashes[i - 1] : 0;
         uint64_t h = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
         s->hashes[i] = h;
-        kv_pool_publish(kv, s->blocks[i], h);
+        for (int g = 0; g < s->n_groups; g++)
+            if (i >= s->n_dropped[g]) kv_pool_publish(kv, s->blocks[g][i], h);
         s->n_published++;
     }
 }
 
-/* Sliding window: gives back the blocks the next query (at n_cached) cannot
+/* Sliding groups: gives back the blocks the next query (at n_cached) cannot
  * read. They are full and already published (publish_full ran), so they stay
  * CACHED for prefix hits and the SSD tier; with the cache off they go FREE. */
 static void drop_old(eng_seq *s, kv_pool *kv)
 {
-    const kv_pool_config *c = kv_pool_cfg(kv);
-    int32_t first = kv_window_first_block(c->window, c->block_tokens, s->n_cached);
-    if (first > s->n_blocks) first = s->n_blocks;
-    while (s->n_dropped < first) {
-        kv_pool_release(kv, s->blocks[s->n_dropped]);
-        s->blocks[s->n_dropped++] = -1;
+    for (int g = 0; g < s->n_groups; g++) {
+        int32_t first = first_needed(kv, g, s->n_cached);
+        if (first > s->n_blocks) first = s->n_blocks;
+        while (s->n_dropped[g] < first) {
+            kv_pool_release(kv, s->blocks[g][s->n_dropped[g]]);
+            s->blocks[g][s->n_dropped[g]++] = -1;
+        }
     }
 }
 
@@ -247,10 +306,11 @@ kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n
             .tokens = s->tokens + s->n_cached,
             .n_tokens = n,
             .pos0 = s->n_cached,
-            .blocks = s->blocks,
             .n_logits = it->n_logits,
             .rope_len = s->n_tokens, /* every known token: chunking never changes RoPE */
         };
+        for (int g = 0; g < s->n_groups; g++)
+            seqs[i].blocks[g] = s->blocks[g];
     }
     int32_t rows = 0;
     for (int32_t i = 0; i < n_items; i++) rows += items[i].n_logits;

@@ -17,13 +17,16 @@
  * writes positions >= n_cached, which lie in blocks it alone holds: shared
  * blocks are always full and before n_cached.
  *
- * Sliding window (kv_pool_cfg(kv)->window = W > 0, every layer sees at most
- * the last W positions): after each step the sequence gives back the blocks
- * its next query can no longer read (kv_window_first_block): their entries
- * become -1 (blocks [0, n_dropped)), the pool keeps them CACHED under their
- * hash like any finished block, and the table keeps its logical indexing
- * (entry j = positions [j*bt, (j+1)*bt)). Attention never reads a dropped
- * entry (mdl_forward checks). A sequence so holds at most kv_seq_max_blocks.
+ * KV groups (kv_layout.h): the sequence has one block table per group of the
+ * pool, all covering the same positions (entry j = positions [j*bt, (j+1)*bt))
+ * and published under the same hash chain (the pool salts it per group).
+ * In a group with a window W > 0 (its layers see at most the last W
+ * positions), after each step the sequence gives back the blocks its next
+ * query can no longer read (kv_window_first_block): their entries become -1
+ * (entries [0, n_dropped[g])), the pool keeps them CACHED under their hash
+ * like any finished block. Attention never reads a dropped entry
+ * (mdl_forward checks). Such a group so holds at most kv_seq_max_blocks,
+ * while a full-attention group keeps every block.
  */
 #ifndef KILN_ENG_SEQ_H
 #define KILN_ENG_SEQ_H
@@ -36,14 +39,16 @@
 typedef struct {
     int32_t *tokens; /* OWNED [cap] */
     int32_t n_tokens, cap;
-    int32_t n_cached;      /* tokens whose K/V are in blocks */
-    int32_t n_prefix_hit;  /* tokens taken from cached blocks at attach */
-    kv_block_id *blocks;   /* OWNED [cap_blocks]; each holds one reference, except the
-                              dropped ones [0, n_dropped), which are -1 */
-    int32_t n_blocks, cap_blocks;
-    int32_t n_dropped;     /* leading blocks given back: older than the window */
-    uint64_t *hashes;      /* OWNED [cap_blocks]: hash chain of full blocks */
-    int32_t n_published;   /* blocks [0, n_published) are full and hashed */
+    int32_t n_cached;                   /* tokens whose K/V are in blocks */
+    int32_t n_prefix_hit;               /* tokens taken from cached blocks at attach */
+    kv_block_id *blocks[KV_MAX_GROUPS]; /* OWNED [cap_blocks] per KV group; each entry holds
+                              one reference, except the dropped ones [0, n_dropped[g]),
+                              which are -1 */
+    int32_t n_blocks, cap_blocks;       /* entries of every group's table */
+    int32_t n_dropped[KV_MAX_GROUPS];   /* leading entries given back: older than the window */
+    int n_groups;                       /* the pool's groups (set at the first reserve/attach) */
+    uint64_t *hashes;                   /* OWNED [cap_blocks]: hash chain of full blocks */
+    int32_t n_published;                /* blocks [0, n_published) are full and hashed */
 } eng_seq;
 
 typedef struct {
@@ -66,10 +71,12 @@ static inline int32_t eng_seq_pending(const eng_seq *s)
     return s->n_tokens - s->n_cached;
 }
 /* Reuses published blocks matching the start of the tokens (all but the last
- * token stay pending so the step yields logits). Returns tokens reused. With a
- * window only the blocks the first pending token reads are taken (and need
- * to exist: the hash chain of block j already covers every token before it);
- * the earlier ones are not pinned, not even looked up. */
+ * token stay pending so the step yields logits). Returns tokens reused. A hit
+ * ending at block e needs every group's blocks that the first pending token
+ * reads: all of [0, e) in a full group, only the window's in a sliding group
+ * (the hash chain of block j already covers every token before it; earlier
+ * ones are not pinned, not even looked up). The longest e that every group
+ * can serve is taken. */
 int32_t eng_seq_attach_prefix(eng_seq *s, kv_pool *kv, uint64_t ns);
 /* Makes sure blocks cover positions [0, n_positions). KILN_E_BUDGET when the pool is full. */
 kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err *err);
@@ -82,10 +89,13 @@ void eng_seq_drop_kv(eng_seq *s, kv_pool *kv);
  * the tier); when one is gone, all K/V is forgotten and recomputed. */
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n);
 
-/* Blocks the sequence holds now (not counting dropped entries). */
+/* Blocks the sequence holds now in every group (not counting dropped entries). */
 static inline int32_t eng_seq_blocks_held(const eng_seq *s)
 {
-    return s->n_blocks - s->n_dropped;
+    int32_t n = 0;
+    for (int g = 0; g < s->n_groups; g++)
+        n += s->n_blocks - s->n_dropped[g];
+    return n;
 }
 
 /* One batched step: runs up to max_tokens pending tokens of every item through

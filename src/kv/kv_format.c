@@ -78,12 +78,15 @@ static kiln_code make_fmt(int bits, int32_t group, int32_t head_dim, const char 
     return KILN_OK;
 }
 
-static kiln_code check_shape(int32_t n_layers, int32_t head_dim, int32_t quant_start, int32_t group,
-                             kiln_err *err)
+static kiln_code check_shape(int32_t n_layers, const int32_t *hd, int32_t quant_start,
+                             int32_t group, kiln_err *err)
 {
-    if (n_layers < 1 || n_layers > KV_FMT_MAX_LAYERS || head_dim < 1 || head_dim > 65536)
-        return kiln_fail(err, KILN_E_UNSUPPORTED, "kv format: %d layers of head_dim %d",
-                         (int)n_layers, (int)head_dim);
+    if (n_layers < 1 || n_layers > KV_FMT_MAX_LAYERS)
+        return kiln_fail(err, KILN_E_UNSUPPORTED, "kv format: %d layers", (int)n_layers);
+    for (int32_t l = 0; l < n_layers; l++)
+        if (hd[l] < 1 || hd[l] > 65536)
+            return kiln_fail(err, KILN_E_UNSUPPORTED, "kv format: layer %d has head_dim %d", (int)l,
+                             (int)hd[l]);
     if (quant_start < 0)
         return kiln_fail(err, KILN_E_INVALID, "--quantized-kv-start %d: must be >= 0",
                          (int)quant_start);
@@ -91,43 +94,66 @@ static kiln_code check_shape(int32_t n_layers, int32_t head_dim, int32_t quant_s
     return KILN_OK;
 }
 
-static void init_common(kv_format *f, int32_t n_layers, int32_t head_dim, int32_t quant_start)
+static void init_common(kv_format *f, int32_t n_layers, const int32_t *hd, int32_t quant_start)
 {
     memset(f, 0, sizeof *f);
     f->n_layers = n_layers;
-    f->head_dim = head_dim;
+    f->head_dim = hd[0];
+    for (int32_t l = 0; l < n_layers; l++) {
+        f->hd[l] = hd[l];
+        if (hd[l] != hd[0]) f->head_dim = 0; /* layers differ: see f->hd */
+    }
     f->quant_start = quant_start;
     f->full = (kn_kv_fmt){KN_KV_F32, 0, 0};
+}
+
+/* n copies of head_dim (the uniform-shape entry points). */
+static const int32_t *uniform_dims(int32_t n_layers, int32_t head_dim, int32_t *buf)
+{
+    for (int32_t l = 0; l < n_layers && l < KV_FMT_MAX_LAYERS; l++)
+        buf[l] = head_dim;
+    return buf;
+}
+
+kiln_code kv_format_init_dims(kv_format *f, kv_quant_mode mode, int32_t group, int32_t quant_start,
+                              int32_t n_layers, const int32_t *hd, kiln_err *err)
+{
+    kiln_code rc = check_shape(n_layers, hd, quant_start, group, err);
+    if (rc) return rc;
+    init_common(f, n_layers, hd, quant_start);
+    for (int32_t l = 0; l < n_layers; l++) {
+        kn_kv_fmt one = {KN_KV_F32, 0, 0};
+        switch (mode) {
+        case KV_QUANT_OFF:
+            break;
+        case KV_QUANT_F16:
+            one.dtype = KN_KV_F16;
+            break;
+        case KV_QUANT_BF16:
+            one.dtype = KN_KV_BF16;
+            break;
+        case KV_QUANT_8:
+        case KV_QUANT_4:
+            if ((rc = make_fmt(mode == KV_QUANT_8 ? 8 : 4, group, hd[l], "--kv-quant", &one, err)))
+                return rc;
+            break;
+        default:
+            return kiln_fail(err, KILN_E_INVALID, "kv format: mode '%s' needs kv_config.json",
+                             kv_quant_name(mode));
+        }
+        f->layer[l] = one;
+    }
+    return KILN_OK;
 }
 
 kiln_code kv_format_init(kv_format *f, kv_quant_mode mode, int32_t group, int32_t quant_start,
                          int32_t n_layers, int32_t head_dim, kiln_err *err)
 {
-    kiln_code rc = check_shape(n_layers, head_dim, quant_start, group, err);
-    if (rc) return rc;
-    init_common(f, n_layers, head_dim, quant_start);
-    kn_kv_fmt one = {KN_KV_F32, 0, 0};
-    switch (mode) {
-    case KV_QUANT_OFF:
-        break;
-    case KV_QUANT_F16:
-        one.dtype = KN_KV_F16;
-        break;
-    case KV_QUANT_BF16:
-        one.dtype = KN_KV_BF16;
-        break;
-    case KV_QUANT_8:
-    case KV_QUANT_4:
-        if ((rc = make_fmt(mode == KV_QUANT_8 ? 8 : 4, group, head_dim, "--kv-quant", &one, err)))
-            return rc;
-        break;
-    default:
-        return kiln_fail(err, KILN_E_INVALID, "kv format: mode '%s' needs kv_config.json",
-                         kv_quant_name(mode));
-    }
-    for (int32_t l = 0; l < n_layers; l++)
-        f->layer[l] = one;
-    return KILN_OK;
+    int32_t buf[KV_FMT_MAX_LAYERS];
+    if (n_layers < 1 || n_layers > KV_FMT_MAX_LAYERS)
+        return kiln_fail(err, KILN_E_UNSUPPORTED, "kv format: %d layers", (int)n_layers);
+    return kv_format_init_dims(f, mode, group, quant_start, n_layers,
+                               uniform_dims(n_layers, head_dim, buf), err);
 }
 
 /* ---------------------------------------------------------------- kv_config.json */
@@ -184,23 +210,23 @@ static int32_t layer_index(const char *k)
 }
 
 static kiln_code parse_config_root(const json_t *root, const char *label, int32_t group,
-                                   int32_t head_dim, kv_format *f, kiln_err *err)
+                                   kv_format *f, kiln_err *err)
 {
     char what[160];
     if (!json_is_object(root))
         return kiln_fail(err, KILN_E_INVALID, "%s: expected a JSON object", label);
-    kn_kv_fmt def = {KN_KV_F32, 0, 0};
     const json_t *d = json_object_get(root, "default");
     kiln_code rc;
     if (d) {
         snprintf(what, sizeof what, "%s: default", label);
-        if ((rc = parse_entry(d, group, head_dim, what, &def, err))) return rc;
     } else if (json_object_get(root, "bits")) { /* flat {"bits": 8, "group_size": 64} */
+        d = root;
         snprintf(what, sizeof what, "%s", label);
-        if ((rc = parse_entry(root, group, head_dim, what, &def, err))) return rc;
     }
-    for (int32_t l = 0; l < f->n_layers; l++)
-        f->layer[l] = def;
+    for (int32_t l = 0; l < f->n_layers; l++) { /* the default at each layer's head_dim */
+        f->layer[l] = (kn_kv_fmt){KN_KV_F32, 0, 0};
+        if (d && (rc = parse_entry(d, group, f->hd[l], what, &f->layer[l], err))) return rc;
+    }
     const json_t *layers = json_object_get(root, "layers");
     if (!layers) return KILN_OK;
     if (json_is_array(layers)) {
@@ -211,7 +237,7 @@ static kiln_code parse_config_root(const json_t *root, const char *label, int32_
             const json_t *e = json_array_get(layers, i);
             if (json_is_null(e)) continue; /* keeps the default */
             snprintf(what, sizeof what, "%s: layer %zu", label, i);
-            if ((rc = parse_entry(e, group, head_dim, what, &f->layer[i], err))) return rc;
+            if ((rc = parse_entry(e, group, f->hd[i], what, &f->layer[i], err))) return rc;
         }
         return KILN_OK;
     }
@@ -227,30 +253,42 @@ static kiln_code parse_config_root(const json_t *root, const char *label, int32_
             return kiln_fail(err, KILN_E_INVALID, "%s: layer '%.40s' is not in 0..%d", label, k,
                              (int)f->n_layers - 1);
         snprintf(what, sizeof what, "%s: layer %d", label, (int)l);
-        if ((rc = parse_entry(e, group, head_dim, what, &f->layer[l], err))) return rc;
+        if ((rc = parse_entry(e, group, f->hd[l], what, &f->layer[l], err))) return rc;
     }
     return KILN_OK;
+}
+
+kiln_code kv_format_parse_config_dims(const char *json, size_t len, const char *label,
+                                      int32_t group, int32_t quant_start, int32_t n_layers,
+                                      const int32_t *hd, kv_format *f, kiln_err *err)
+{
+    kiln_code rc = check_shape(n_layers, hd, quant_start, group, err);
+    if (rc) return rc;
+    init_common(f, n_layers, hd, quant_start);
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return kiln_fail(err, KILN_E_INVALID, "%s: not valid JSON: %s (line %d, column %d)", label,
+                         jerr.text, jerr.line, jerr.column);
+    rc = parse_config_root(root, label, group, f, err);
+    json_decref(root);
+    return rc;
 }
 
 kiln_code kv_format_parse_config(const char *json, size_t len, const char *label, int32_t group,
                                  int32_t quant_start, int32_t n_layers, int32_t head_dim,
                                  kv_format *f, kiln_err *err)
 {
-    kiln_code rc = check_shape(n_layers, head_dim, quant_start, group, err);
-    if (rc) return rc;
-    init_common(f, n_layers, head_dim, quant_start);
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return kiln_fail(err, KILN_E_INVALID, "%s: not valid JSON: %s (line %d, column %d)", label,
-                         jerr.text, jerr.line, jerr.column);
-    rc = parse_config_root(root, label, group, head_dim, f, err);
-    json_decref(root);
-    return rc;
+    int32_t buf[KV_FMT_MAX_LAYERS];
+    if (n_layers < 1 || n_layers > KV_FMT_MAX_LAYERS)
+        return kiln_fail(err, KILN_E_UNSUPPORTED, "kv format: %d layers", (int)n_layers);
+    return kv_format_parse_config_dims(json, len, label, group, quant_start, n_layers,
+                                       uniform_dims(n_layers, head_dim, buf), f, err);
 }
 
-kiln_code kv_format_load_config(const char *dir, int32_t group, int32_t quant_start,
-                                int32_t n_layers, int32_t head_dim, kv_format *f, kiln_err *err)
+kiln_code kv_format_load_config_dims(const char *dir, int32_t group, int32_t quant_start,
+                                     int32_t n_layers, const int32_t *hd, kv_format *f,
+                                     kiln_err *err)
 {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/kv_config.json", dir) >= sizeof path)
@@ -263,9 +301,19 @@ kiln_code kv_format_load_config(const char *dir, int32_t group, int32_t quant_st
             return kiln_fail(err, rc, "--kv-quant config: %s does not exist", path);
         return rc;
     }
-    rc = kv_format_parse_config(text, len, path, group, quant_start, n_layers, head_dim, f, err);
+    rc = kv_format_parse_config_dims(text, len, path, group, quant_start, n_layers, hd, f, err);
     free(text);
     return rc;
+}
+
+kiln_code kv_format_load_config(const char *dir, int32_t group, int32_t quant_start,
+                                int32_t n_layers, int32_t head_dim, kv_format *f, kiln_err *err)
+{
+    int32_t buf[KV_FMT_MAX_LAYERS];
+    if (n_layers < 1 || n_layers > KV_FMT_MAX_LAYERS)
+        return kiln_fail(err, KILN_E_UNSUPPORTED, "kv format: %d layers", (int)n_layers);
+    return kv_format_load_config_dims(dir, group, quant_start, n_layers,
+                                      uniform_dims(n_layers, head_dim, buf), f, err);
 }
 
 /* ---------------------------------------------------------------- sizes, names */
@@ -298,7 +346,7 @@ uint64_t kv_format_bytes_per_token(const kv_format *f, int cls, int32_t n_kv_hea
 {
     uint64_t b = 0;
     for (int32_t l = 0; l < f->n_layers; l++)
-        b += 2 * (uint64_t)n_kv_heads * kn_kv_rec_bytes(kv_format_at(f, cls, l), f->head_dim);
+        b += 2 * (uint64_t)n_kv_heads * kn_kv_rec_bytes(kv_format_at(f, cls, l), f->hd[l]);
     return b;
 }
 
@@ -358,6 +406,8 @@ uint64_t kv_format_hash(const kv_format *f)
     }
     h = XXH3_64bits_withSeed(pairs, sizeof(int32_t) * 2 * (size_t)f->n_layers, h);
     h = XXH3_64bits_withSeed(pairs + 2 * f->n_layers, sizeof(int32_t) * 2, h);
+    if (f->head_dim == 0) /* layers of different head_dim (uniform shapes hash as before) */
+        h = XXH3_64bits_withSeed(f->hd, sizeof(int32_t) * (size_t)f->n_layers, h);
     if (!any) return h;
     int32_t tag = 0x6b76726f; /* "kvro" */
     h = XXH3_64bits_withSeed(&tag, sizeof tag, h);

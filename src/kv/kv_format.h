@@ -49,7 +49,9 @@ typedef enum {
 enum { KV_CLASS_FULL = 0, KV_CLASS_MAIN = 1 }; /* block classes */
 
 typedef struct {
-    int32_t n_layers, head_dim;
+    int32_t n_layers;
+    int32_t head_dim;                   /* every layer's head_dim, or 0 when they differ */
+    int32_t hd[KV_FMT_MAX_LAYERS];      /* head_dim of each layer's records */
     int32_t quant_start;                /* positions; 0 = no full-precision prefix */
     kn_kv_fmt full;                     /* blocks starting before quant_start: f32 */
     kn_kv_fmt layer[KV_FMT_MAX_LAYERS]; /* every other block, per layer */
@@ -63,19 +65,31 @@ const char *kv_quant_name(kv_quant_mode m);
  * than head_dim is clamped to it; it must be even and divide head_dim. */
 kiln_code kv_format_init(kv_format *f, kv_quant_mode mode, int32_t group, int32_t quant_start,
                          int32_t n_layers, int32_t head_dim, kiln_err *err);
+/* The same for layers of different head_dim (hd[n_layers]): each layer's
+ * group is clamped to and must divide its own head_dim. */
+kiln_code kv_format_init_dims(kv_format *f, kv_quant_mode mode, int32_t group, int32_t quant_start,
+                              int32_t n_layers, const int32_t *hd, kiln_err *err);
 /* Parses kv_config.json text (label names it in messages). */
 kiln_code kv_format_parse_config(const char *json, size_t len, const char *label, int32_t group,
                                  int32_t quant_start, int32_t n_layers, int32_t head_dim,
                                  kv_format *f, kiln_err *err);
+kiln_code kv_format_parse_config_dims(const char *json, size_t len, const char *label,
+                                      int32_t group, int32_t quant_start, int32_t n_layers,
+                                      const int32_t *hd, kv_format *f, kiln_err *err);
 /* Reads DIR/kv_config.json (KILN_E_NOT_FOUND when absent). */
 kiln_code kv_format_load_config(const char *dir, int32_t group, int32_t quant_start,
                                 int32_t n_layers, int32_t head_dim, kv_format *f, kiln_err *err);
+kiln_code kv_format_load_config_dims(const char *dir, int32_t group, int32_t quant_start,
+                                     int32_t n_layers, const int32_t *hd, kv_format *f,
+                                     kiln_err *err);
 /* 1 when blocks before quant_start use another format than the rest. */
 int kv_format_split(const kv_format *f);
 /* The class of the block holding positions [block_index*bt, (block_index+1)*bt). */
 int kv_format_class(const kv_format *f, int32_t block_index, int32_t block_tokens);
 kn_kv_fmt kv_format_at(const kv_format *f, int cls, int32_t layer);
-/* K+V bytes of one position over all layers in a class (scale/bias included). */
+/* K+V bytes of one position over all layers in a class (scale/bias included),
+ * every layer with n_kv_heads heads (uniform shapes; kv_layout.h sums a model's
+ * real geometry). */
 uint64_t kv_format_bytes_per_token(const kv_format *f, int cls, int32_t n_kv_heads);
 /* "f32", "q8g64", "q4g32@256" (start 256), mixed layers as runs
  * "q4g64x3,q8g64,bf16x2"; truncated with "..." past n bytes. */

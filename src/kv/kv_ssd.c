@@ -1139,7 +1139,7 @@ void kv_ssd_remove(kv_ssd *s, kv_ssd_kind kind, uint64_t key)
         if (s->ent[e].state == ST_ONDISK)
             ondisk_remove(s, e, 1);
         else if (!s->ent[e].q->in_flight)
-            queue_drop(s, s->ent[e].q, 1);
+            queue_drop(s, s->ent[e].q, 1); /* and the older version on disk (its shadow) */
         else
             s->ent[e].doomed = 1; /* in flight: the writer unlinks it once written */
     }

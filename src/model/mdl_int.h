@@ -1,48 +1,121 @@
 /*
  * mdl_int.h — struct layouts shared inside model/ only.
+ *
+ * A layer is a composition of kinds (mdl_plan.h): a mixer (mdl_attn today) and
+ * a feed-forward block (mdl_mlp), wrapped by the norms its family uses. Each
+ * kind has its own file with its forward stage (mdl_attn.c, mdl_mlp.c); the
+ * step (mdl_forward.c) only sequences them. Norm weights are stored as the
+ * multiplier the norm applies (a family's `1 + w` is added at load), so one
+ * RMSNorm serves every family.
  */
 #ifndef KILN_MDL_INT_H
 #define KILN_MDL_INT_H
 
 #include "kernels/kn_mat.h"
 #include "model/mdl_model.h"
+#include "model/mdl_plan.h"
+#include "util/arena.h"
 #include "weights/wt_set.h"
 
+/* Softmax attention (geometry and flags in the layer's mdl_layer_plan). */
 typedef struct {
-    kn_mat wq, wk, wv, wo;        /* [nh*hd, hidden], [nkv*hd, hidden] x2, [hidden, nh*hd] */
-    kn_mat w_gate, w_up, w_down;  /* [ffn, hidden] x2, [hidden, ffn] */
-    float *attn_norm, *ffn_norm;  /* OWNED [hidden] f32 */
-    float *q_norm, *k_norm;       /* OWNED [hd] f32, qk-norm families only */
-    float *bq, *bk, *bv, *bo;     /* OWNED biases or NULL */
-    float *b_gate, *b_up, *b_down;
-    int32_t window;               /* 0 = full attention */
+    kn_mat wq, wk, wv, wo;    /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
+    float *q_norm, *k_norm;   /* OWNED [hd] or NULL */
+    float *bq, *bk, *bv, *bo; /* OWNED biases or NULL */
+} mdl_attn;
+
+/* Gated MLP: down(act(gate(x)) * up(x)). */
+typedef struct {
+    kn_mat gate, up, down;         /* [F, H] x2, [H, F] */
+    float *b_gate, *b_up, *b_down; /* OWNED or NULL */
+} mdl_mlp;
+
+typedef struct {
+    const mdl_layer_plan *p; /* BORROWED from mdl_model.plan */
+    float *in_norm;          /* OWNED [H]: before the mixer */
+    float *post_mix_norm;    /* OWNED [H] or NULL: on the mixer's output (Gemma) */
+    float *pre_ffn_norm;     /* OWNED [H]: before the feed-forward block */
+    float *post_ffn_norm;    /* OWNED [H] or NULL: on its output (Gemma) */
+    mdl_attn attn;
+    mdl_mlp mlp;
 } mdl_layer;
 
 typedef struct {
-    int32_t rot;              /* rotated dims (even, <= head_dim) */
-    double *inv_freq;         /* OWNED [rot/2] */
-    float attn_factor;        /* yarn: multiplies cos and sin */
+    int32_t rot;               /* rotated dims (even, <= head_dim) */
+    double *inv_freq;          /* OWNED [rot/2] */
+    float attn_factor;         /* yarn: multiplies cos and sin */
+    const mdl_rope_spec *spec; /* BORROWED from mdl_model.plan */
 } mdl_rope;
 
 struct mdl_model {
-    wt_config cfg;            /* OWNED (wt_config_free) */
-    wt_set *ws;               /* OWNED: the mapped tensors every kn_mat borrows from */
-    kn_mat embed;             /* [vocab, hidden] */
-    kn_mat lm_head;           /* [vocab, hidden]; == embed when tied */
-    float *final_norm;        /* OWNED [hidden] */
-    mdl_layer *layers;        /* OWNED [n_layers] */
-    mdl_rope rope;
-    float norm_offset;        /* 1 for (1 + w) norms */
-    float embed_scale;        /* 1, or sqrt(hidden) for Gemma */
+    wt_config cfg;                /* OWNED (wt_config_free) */
+    mdl_plan plan;                /* OWNED (mdl_plan_free) */
+    wt_set *ws;                   /* OWNED: the mapped tensors every kn_mat borrows from */
+    char prefix[64];              /* the language model's tensor prefix, e.g. "model." */
+    kn_mat embed;                 /* [vocab, hidden] */
+    kn_mat lm_head;               /* [vocab, hidden]; == embed when tied */
+    float *final_norm;            /* OWNED [hidden] */
+    mdl_layer *layers;            /* OWNED [n_layers] */
+    mdl_rope rope[MDL_MAX_ROPES]; /* plan.n_ropes of them */
     uint64_t fingerprint;
     mdl_info info;
 };
 
-/* mdl_rope.c */
-kiln_code mdl_rope_init(const wt_config *cfg, mdl_rope *out, kiln_err *err);
+/* ---------------------------------------------------------------- mdl_tensors.c */
+/* Finds module `path` (a linear or embedding) and fills a kn_mat [rows, cols]:
+ * a float `path.weight`, or MLX-affine codes + scales + biases. Shapes checked. */
+kiln_code mdl_load_mat(mdl_model *m, const char *path, int64_t rows, int64_t cols, kn_mat *out,
+                       kiln_err *err);
+/* A 1-D float tensor as a new f32 array plus `add` per element (*out OWNED by
+ * the model). Absent and optional: *out = NULL. */
+kiln_code mdl_load_vec(mdl_model *m, const char *name, int64_t n, int optional, float add,
+                       float **out, kiln_err *err);
+
+/* ---------------------------------------------------------------- mdl_rope.c */
+kiln_code mdl_rope_init(const mdl_rope_spec *spec, mdl_rope *out, kiln_err *err);
 void mdl_rope_free(mdl_rope *r);
 /* cos_sin[rot/2 cos, rot/2 sin] for position pos; seq_len feeds dynamic NTK. */
-void mdl_rope_cos_sin(const mdl_rope *r, const wt_config *cfg, int64_t pos, int64_t seq_len,
-                      float *cos_sin);
+void mdl_rope_cos_sin(const mdl_rope *r, int64_t pos, int64_t seq_len, float *cos_sin);
+
+/* ---------------------------------------------------------------- the step (mdl_forward.c) */
+/* Per-step view shared by the kinds' stages and the pool callbacks. */
+typedef struct mdl_step mdl_step;
+struct mdl_step {
+    mdl_ctx *cx;
+    kn_pool *pool; /* BORROWED: the compute pool (may be NULL) */
+    const mdl_model *m;
+    kv_pool *kv;
+    const mdl_seq *seqs;
+    int32_t n_seqs, T;
+    int32_t layer; /* the layer being run */
+    const mdl_layer *ly;
+    float *x;                   /* [T, H] the residual stream */
+    float *h;                   /* [T, H] normed input of a block, then its output */
+    float *q, *k, *v, *att;     /* [T, max_q], [T, max_kv] x2, [T, max_q] */
+    float *g, *u;               /* [T, max_ffn] x2 */
+    float *cs[MDL_MAX_ROPES];   /* [T, rope.rot] cos/sin per rope */
+    float *scratch;             /* [n_threads, attn_scratch] */
+    int64_t attn_scratch;       /* floats per thread */
+    int32_t *tok_seq, *tok_pos; /* [T] */
+    void *aa;                   /* kn_attn_args [n_seqs] (mdl_attn.c) */
+    const float *norm_w;        /* the weight norm_rows applies */
+    int64_t grain;              /* pool grain over tokens */
+};
+
+/* y[t] += b for t < T (b NULL: nothing). */
+void mdl_add_bias_rows(float *y, const float *b, int64_t T, int64_t n);
+/* out = RMSNorm(in, w) for every token row (w NULL: no weight), through the pool. */
+void mdl_norm_rows(mdl_step *s, float *out, const float *in, const float *w, int64_t n);
+
+/* ---------------------------------------------------------------- kinds */
+/* mdl_attn.c: reads s->h (normed input), writes the block output into s->h. */
+kiln_code mdl_attn_alloc(mdl_step *s, arena *a, kiln_err *err);
+void mdl_attn_forward(mdl_step *s);
+kiln_code mdl_attn_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
+void mdl_attn_free(mdl_attn *a);
+/* mdl_mlp.c: the same contract. */
+void mdl_mlp_forward(mdl_step *s);
+kiln_code mdl_mlp_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
+void mdl_mlp_free(mdl_mlp *f);
 
 #endif

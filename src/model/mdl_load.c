@@ -1,15 +1,15 @@
 /*
- * mdl_load.c — maps a snapshot's tensors onto the family's block layout.
+ * mdl_load.c — a snapshot mapped onto the model's plan (mdl_plan.h): config,
+ * plan, tensors of every layer's kinds (mdl_attn_load, mdl_mlp_load), RoPE
+ * tables, and the description `kiln info` prints.
  *
- * HF names (llama, mistral, qwen2, qwen3):
- *   model.embed_tokens, model.norm, lm_head (absent when tied)
- *   model.layers.L.{input_layernorm, post_attention_layernorm}
- *   model.layers.L.self_attn.{q,k,v,o}_proj (+ .bias), .{q,k}_norm (qwen3)
- *   model.layers.L.mlp.{gate,up,down}_proj
- * A linear module P is stored either as a float P.weight [out, in] (F32, F16,
- * BF16) or MLX-affine: P.weight U32 [out, in*bits/32] + P.scales/P.biases
- * [out, in/group] (wt_config_quant_for decides). Every shape is checked against
- * the config; nothing is copied but small norm/bias vectors (converted to f32).
+ * HF names (llama, mistral, qwen2, qwen3), after the language model's prefix
+ * (find_prefix: "model." or a multimodal wrapper's):
+ *   embed_tokens, norm; lm_head at the top level (absent when tied)
+ *   layers.L.{input_layernorm, post_attention_layernorm}
+ *   layers.L.self_attn.{q,k,v,o}_proj (+ .bias), .{q,k}_norm (qwen3)
+ *   layers.L.mlp.{gate,up,down}_proj
+ * Every shape is checked against the plan (mdl_tensors.c).
  */
 #include "model/mdl_int.h"
 #include "util/half.h"
@@ -22,160 +22,43 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-static kiln_code fmt_of(const wt_tensor *t, kn_fmt *out, kiln_err *err)
+/* The language model's tensor prefix: the first candidate that has
+ * `<prefix>embed_tokens.weight` (HF text-only "model.", HF multimodal
+ * "model.language_model.", mlx-community multimodal "language_model.model."). */
+static kiln_code find_prefix(mdl_model *m, kiln_err *err)
 {
-    switch (t->dtype) {
-    case WT_F32: *out = KN_F32; return KILN_OK;
-    case WT_F16: *out = KN_F16; return KILN_OK;
-    case WT_BF16: *out = KN_BF16; return KILN_OK;
-    default:
-        return kiln_fail(err, KILN_E_UNSUPPORTED, "tensor '%s': dtype %s is not a float weight",
-                         t->name, wt_dtype_name(t->dtype));
-    }
-}
-
-static kiln_code shape_err(const wt_tensor *t, int64_t a, int64_t b, kiln_err *err)
-{
-    char got[96] = "";
-    for (int i = 0, o = 0; i < t->ndim && o < (int)sizeof got - 24; i++)
-        o += snprintf(got + o, sizeof got - (size_t)o, i ? ", %" PRId64 : "%" PRId64, t->shape[i]);
-    if (b >= 0)
-        return kiln_fail(err, KILN_E_CORRUPT,
-                         "tensor '%s' has shape [%s], the config needs [%" PRId64 ", %" PRId64 "]",
-                         t->name, got, a, b);
-    return kiln_fail(err, KILN_E_CORRUPT, "tensor '%s' has shape [%s], the config needs [%" PRId64 "]",
-                     t->name, got, a);
-}
-
-/* Finds module `path` (a linear or embedding) and fills a kn_mat [rows, cols]. */
-static kiln_code load_mat(mdl_model *m, const char *path, int64_t rows, int64_t cols, kn_mat *out,
-                          kiln_err *err)
-{
-    char name[256];
-    snprintf(name, sizeof name, "%s.weight", path);
-    const wt_tensor *w = wt_set_find(m->ws, name);
-    if (!w) return kiln_fail(err, KILN_E_NOT_FOUND, "missing tensor '%s'", name);
-    snprintf(name, sizeof name, "%s.scales", path);
-    const wt_tensor *s = wt_set_find(m->ws, name);
-    wt_qspec q = wt_config_quant_for(&m->cfg, path, s != NULL);
-    memset(out, 0, sizeof *out);
-    out->rows = rows;
-    out->cols = cols;
-    if (q.mode == WT_QMODE_NONE) {
-        kiln_code rc = fmt_of(w, &out->fmt, err);
-        if (rc) return rc;
-        if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
-            return shape_err(w, rows, cols, err);
-        out->w = w->data;
-        return KILN_OK;
-    }
-    if (q.mode != WT_QMODE_AFFINE)
-        return kiln_fail(err, KILN_E_UNSUPPORTED,
-                         "module '%s': only MLX affine quantization is supported", path);
-    snprintf(name, sizeof name, "%s.biases", path);
-    const wt_tensor *b = wt_set_find(m->ws, name);
-    if (!s || !b)
-        return kiln_fail(err, KILN_E_NOT_FOUND, "module '%s' is quantized but has no %s", path,
-                         s ? "biases" : "scales");
-    if (w->dtype != WT_U32)
-        return kiln_fail(err, KILN_E_CORRUPT, "tensor '%s.weight': quantized weight must be U32, is %s",
-                         path, wt_dtype_name(w->dtype));
-    if (cols % q.group_size != 0 || (cols * q.bits) % 32 != 0)
-        return kiln_fail(err, KILN_E_UNSUPPORTED,
-                         "module '%s': %" PRId64 " columns do not split into groups of %d", path,
-                         cols, q.group_size);
-    if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols * q.bits / 32)
-        return shape_err(w, rows, cols * q.bits / 32, err);
-    if (s->ndim != 2 || s->shape[0] != rows || s->shape[1] != cols / q.group_size)
-        return shape_err(s, rows, cols / q.group_size, err);
-    if (b->ndim != 2 || b->shape[0] != rows || b->shape[1] != cols / q.group_size)
-        return shape_err(b, rows, cols / q.group_size, err);
-    if (s->dtype != b->dtype)
-        return kiln_fail(err, KILN_E_CORRUPT, "module '%s': scales are %s but biases %s", path,
-                         wt_dtype_name(s->dtype), wt_dtype_name(b->dtype));
-    kiln_code rc = fmt_of(s, &out->sfmt, err);
-    if (rc) return rc;
-    out->fmt = KN_QAFFINE;
-    out->w = w->data;
-    out->scales = s->data;
-    out->biases = b->data;
-    out->bits = q.bits;
-    out->group = q.group_size;
-    return KILN_OK;
-}
-
-/* A 1-D float tensor converted to a new f32 array (*out, OWNED by the model).
- * Absent and optional: *out = NULL. */
-static kiln_code load_vec(mdl_model *m, const char *name, int64_t n, int optional, float **out,
-                          kiln_err *err)
-{
-    *out = NULL;
-    const wt_tensor *t = wt_set_find(m->ws, name);
-    if (!t) {
-        if (optional) return KILN_OK;
-        return kiln_fail(err, KILN_E_NOT_FOUND, "missing tensor '%s'", name);
-    }
-    if (t->ndim != 1 || t->shape[0] != n) return shape_err(t, n, -1, err);
-    float *v = malloc(sizeof(float) * (size_t)n);
-    if (!v) return kiln_fail(err, KILN_E_NOMEM, "tensor '%s': out of memory", name);
-    const uint8_t *p = t->data;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        switch (t->dtype) {
-        case WT_F32: memcpy(&v[i], p + 4 * i, 4); break;
-        case WT_F16: memcpy(&h, p + 2 * i, 2); v[i] = kiln_f16_to_f32(h); break;
-        case WT_BF16: memcpy(&h, p + 2 * i, 2); v[i] = kiln_bf16_to_f32(h); break;
-        default:
-            free(v);
-            return kiln_fail(err, KILN_E_UNSUPPORTED, "tensor '%s': dtype %s is not a float vector",
-                             name, wt_dtype_name(t->dtype));
+    static const char *const cand[] = {"model.", "model.language_model.", "language_model.model."};
+    char n[160];
+    for (size_t i = 0; i < sizeof cand / sizeof *cand; i++) {
+        snprintf(n, sizeof n, "%sembed_tokens.weight", cand[i]);
+        if (wt_set_find(m->ws, n)) {
+            snprintf(m->prefix, sizeof m->prefix, "%s", cand[i]);
+            return KILN_OK;
         }
     }
-    *out = v;
-    return KILN_OK;
+    return kiln_fail(err, KILN_E_NOT_FOUND,
+                     "missing tensor 'model.embed_tokens.weight' (nor under "
+                     "model.language_model. or language_model.model.)");
 }
 
-static kiln_code load_layer(mdl_model *m, int64_t L, kiln_err *err)
+/* The norms around a layer's blocks, then each block's tensors. */
+static kiln_code load_layer(mdl_model *m, int32_t L, kiln_err *err)
 {
-    const wt_config *c = &m->cfg;
     mdl_layer *ly = &m->layers[L];
-    int64_t H = c->hidden, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
-    int64_t F = c->intermediate;
-    char p[160], n[200];
+    int64_t H = m->plan.hidden;
+    float add = m->plan.norm_add;
+    char p[200], n[240];
     kiln_code rc;
-#define MAT(field, sub, r, cc)                                                                     \
-    snprintf(p, sizeof p, "model.layers.%" PRId64 ".%s", L, sub);                                 \
-    if ((rc = load_mat(m, p, r, cc, &ly->field, err))) return rc
-#define VEC(field, sub, len, opt)                                                                  \
-    snprintf(n, sizeof n, "model.layers.%" PRId64 ".%s", L, sub);                                 \
-    if ((rc = load_vec(m, n, len, opt, &ly->field, err))) return rc
-    MAT(wq, "self_attn.q_proj", qd, H);
-    MAT(wk, "self_attn.k_proj", kd, H);
-    MAT(wv, "self_attn.v_proj", kd, H);
-    MAT(wo, "self_attn.o_proj", H, qd);
-    MAT(w_gate, "mlp.gate_proj", F, H);
-    MAT(w_up, "mlp.up_proj", F, H);
-    MAT(w_down, "mlp.down_proj", H, F);
-    VEC(attn_norm, "input_layernorm.weight", H, 0);
-    VEC(ffn_norm, "post_attention_layernorm.weight", H, 0);
-    int bias = c->attention_bias;
-    VEC(bq, "self_attn.q_proj.bias", qd, !bias);
-    VEC(bk, "self_attn.k_proj.bias", kd, !bias);
-    VEC(bv, "self_attn.v_proj.bias", kd, !bias);
-    VEC(bo, "self_attn.o_proj.bias", H, 1); /* qwen2 has q/k/v biases only */
-    VEC(b_gate, "mlp.gate_proj.bias", F, !c->mlp_bias);
-    VEC(b_up, "mlp.up_proj.bias", F, !c->mlp_bias);
-    VEC(b_down, "mlp.down_proj.bias", H, !c->mlp_bias);
-    if (c->qk_norm) {
-        VEC(q_norm, "self_attn.q_norm.weight", c->head_dim, 0);
-        VEC(k_norm, "self_attn.k_norm.weight", c->head_dim, 0);
-    }
-#undef MAT
-#undef VEC
-    ly->window = 0;
-    if (c->sliding_window > 0 && (c->max_window_layers <= 0 || L >= c->max_window_layers))
-        ly->window = (int32_t)c->sliding_window;
-    return KILN_OK;
+    ly->p = &m->plan.layer[L];
+    snprintf(p, sizeof p, "%slayers.%d", m->prefix, (int)L);
+    snprintf(n, sizeof n, "%s.input_layernorm.weight", p);
+    if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->in_norm, err))) return rc;
+    snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", p);
+    if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->pre_ffn_norm, err))) return rc;
+    snprintf(n, sizeof n, "%s.self_attn", p);
+    if ((rc = mdl_attn_load(m, L, n, err))) return rc;
+    snprintf(n, sizeof n, "%s.mlp", p);
+    return mdl_mlp_load(m, L, n, err);
 }
 
 static void add_mat_info(mdl_info *in, const kn_mat *w)
@@ -189,12 +72,14 @@ static void mat_desc(const kn_mat *w, char *buf, size_t n)
     static const char *const fn[] = {"f32", "f16", "bf16", "affine"};
     if (w->fmt == KN_QAFFINE)
         snprintf(buf, n, "MLX affine %d-bit g%d (%s scales)", w->bits, w->group, fn[w->sfmt]);
-    else snprintf(buf, n, "%s", fn[w->fmt]);
+    else
+        snprintf(buf, n, "%s", fn[w->fmt]);
 }
 
 static const kn_mat *layer_mat(const mdl_layer *ly, int g)
 {
-    const kn_mat *ms[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+    const kn_mat *ms[] = {&ly->attn.wq,  &ly->attn.wk, &ly->attn.wv, &ly->attn.wo,
+                          &ly->mlp.gate, &ly->mlp.up,  &ly->mlp.down};
     return ms[g];
 }
 
@@ -219,11 +104,14 @@ size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
             mat_desc(layer_mat(&m->layers[L], g), d2, sizeof d2);
             differ += strcmp(d, d2) != 0;
         }
-        if (differ) EMIT("  %-18s %s in layer 0; %lld of %lld layers differ\n", names[g], d,
-                         (long long)differ, (long long)m->cfg.n_layers);
-        else EMIT("  %-18s %s\n", names[g], d);
+        if (differ)
+            EMIT("  %-18s %s in layer 0; %lld of %lld layers differ\n", names[g], d,
+                 (long long)differ, (long long)m->cfg.n_layers);
+        else
+            EMIT("  %-18s %s\n", names[g], d);
     }
-    if (m->cfg.tie_word_embeddings) EMIT("  %-18s tied to embed_tokens\n", "lm_head");
+    if (m->cfg.tie_word_embeddings)
+        EMIT("  %-18s tied to embed_tokens\n", "lm_head");
     else {
         mat_desc(&m->lm_head, d, sizeof d);
         EMIT("  %-18s %s\n", "lm_head", d);
@@ -241,25 +129,26 @@ static void describe(mdl_model *m)
     memset(in, 0, sizeof *in);
     add_mat_info(in, &m->embed);
     if (!c->tie_word_embeddings) add_mat_info(in, &m->lm_head);
-    for (int64_t L = 0; L < c->n_layers; L++) {
-        const mdl_layer *ly = &m->layers[L];
-        const kn_mat *ms[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
-        for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) add_mat_info(in, ms[i]);
-    }
-    in->kv_bytes_per_token =
-        (uint64_t)c->n_layers * 2 * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
-    const kn_mat *e = &m->layers[0].wq;
+    for (int64_t L = 0; L < c->n_layers; L++)
+        for (int g = 0; g < 7; g++)
+            add_mat_info(in, layer_mat(&m->layers[L], g));
+    for (int32_t L = 0; L < m->plan.n_layers; L++)
+        if (mdl_plan_stores_kv(&m->plan, L))
+            in->kv_bytes_per_token +=
+                2 * (uint64_t)m->plan.layer[L].n_kv_heads * (uint64_t)m->plan.layer[L].head_dim * 4;
+    const kn_mat *e = &m->layers[0].attn.wq;
     static const char *const fn[] = {"f32", "f16", "bf16", "affine"};
     if (e->fmt == KN_QAFFINE)
         snprintf(in->quant_desc, sizeof in->quant_desc, "MLX affine %d-bit g%d (%s scales)",
                  e->bits, e->group, fn[e->sfmt]);
-    else snprintf(in->quant_desc, sizeof in->quant_desc, "%s", fn[e->fmt]);
+    else
+        snprintf(in->quant_desc, sizeof in->quant_desc, "%s", fn[e->fmt]);
     /* fingerprint: config essentials + every tensor's name, dtype, shape */
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     XXH3_64bits_update(&st, c->architecture, strlen(c->architecture));
-    int64_t dims[] = {c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads,
-                      c->head_dim, c->vocab};
+    int64_t dims[] = {c->hidden,     c->intermediate, c->n_layers, c->n_heads,
+                      c->n_kv_heads, c->head_dim,     c->vocab};
     XXH3_64bits_update(&st, dims, sizeof dims);
     for (int i = 0; i < wt_set_count(m->ws); i++) {
         const wt_tensor *t = wt_set_at(m->ws, i);
@@ -281,29 +170,39 @@ kiln_code mdl_load(const char *dir, mdl_model **out, kiln_err *err)
         return rc;
     }
     const wt_config *c = &m->cfg;
+    char name[200];
+    if ((rc = mdl_plan_build(c, &m->plan, err))) goto fail;
     if ((rc = wt_set_open(dir, &m->ws, err))) goto fail;
-    m->norm_offset = 0.0f;
-    m->embed_scale = 1.0f;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) {
         rc = kiln_fail(err, KILN_E_NOMEM, "model: out of memory");
         goto fail;
     }
-    if ((rc = load_mat(m, "model.embed_tokens", c->vocab, c->hidden, &m->embed, err))) goto fail;
-    if (c->tie_word_embeddings || !wt_set_find(m->ws, "lm_head.weight")) {
+    if ((rc = find_prefix(m, err))) goto fail;
+    snprintf(name, sizeof name, "%sembed_tokens", m->prefix);
+    if ((rc = mdl_load_mat(m, name, c->vocab, c->hidden, &m->embed, err))) goto fail;
+    /* the head: lm_head at the top level (or under the mlx wrapper), else tied */
+    const char *head = wt_set_find(m->ws, "lm_head.weight") ? "lm_head"
+                       : wt_set_find(m->ws, "language_model.lm_head.weight")
+                           ? "language_model.lm_head"
+                           : NULL;
+    if (c->tie_word_embeddings || !head) {
         if (!c->tie_word_embeddings) {
             rc = kiln_fail(err, KILN_E_NOT_FOUND,
                            "missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
             goto fail;
         }
         m->lm_head = m->embed;
-    } else if ((rc = load_mat(m, "lm_head", c->vocab, c->hidden, &m->lm_head, err))) {
+    } else if ((rc = mdl_load_mat(m, head, c->vocab, c->hidden, &m->lm_head, err))) {
         goto fail;
     }
-    if ((rc = load_vec(m, "model.norm.weight", c->hidden, 0, &m->final_norm, err))) goto fail;
-    for (int64_t L = 0; L < c->n_layers; L++)
+    snprintf(name, sizeof name, "%snorm.weight", m->prefix);
+    if ((rc = mdl_load_vec(m, name, c->hidden, 0, m->plan.norm_add, &m->final_norm, err)))
+        goto fail;
+    for (int32_t L = 0; L < m->plan.n_layers; L++)
         if ((rc = load_layer(m, L, err))) goto fail;
-    if ((rc = mdl_rope_init(c, &m->rope, err))) goto fail;
+    for (int32_t r = 0; r < m->plan.n_ropes; r++)
+        if ((rc = mdl_rope_init(&m->plan.rope[r], &m->rope[r], err))) goto fail;
     describe(m);
     *out = m;
     return KILN_OK;
@@ -317,16 +216,21 @@ void mdl_free(mdl_model *m)
 {
     if (!m) return;
     if (m->layers) {
-        for (int64_t L = 0; L < m->cfg.n_layers; L++) {
+        for (int32_t L = 0; L < m->plan.n_layers; L++) {
             mdl_layer *ly = &m->layers[L];
-            float *vs[] = {ly->attn_norm, ly->ffn_norm, ly->q_norm, ly->k_norm, ly->bq, ly->bk,
-                           ly->bv, ly->bo, ly->b_gate, ly->b_up, ly->b_down};
-            for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
+            free(ly->in_norm);
+            free(ly->post_mix_norm);
+            free(ly->pre_ffn_norm);
+            free(ly->post_ffn_norm);
+            mdl_attn_free(&ly->attn);
+            mdl_mlp_free(&ly->mlp);
         }
         free(m->layers);
     }
     free(m->final_norm);
-    mdl_rope_free(&m->rope);
+    for (int r = 0; r < MDL_MAX_ROPES; r++)
+        mdl_rope_free(&m->rope[r]);
+    mdl_plan_free(&m->plan);
     wt_set_close(m->ws);
     wt_config_free(&m->cfg);
     free(m);
@@ -352,14 +256,7 @@ uint64_t mdl_fingerprint(const mdl_model *m)
     return m->fingerprint;
 }
 
-kv_pool_config mdl_kv_shape(const mdl_model *m, int32_t n_blocks, int32_t block_tokens)
+const mdl_plan *mdl_get_plan(const mdl_model *m)
 {
-    kv_pool_config k = {
-        .n_blocks = n_blocks,
-        .block_tokens = block_tokens,
-        .n_layers = (int32_t)m->cfg.n_layers,
-        .n_kv_heads = (int32_t)m->cfg.n_kv_heads,
-        .head_dim = (int32_t)m->cfg.head_dim,
-    };
-    return k;
+    return &m->plan;
 }

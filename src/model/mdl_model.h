@@ -21,6 +21,7 @@
 
 #include "kernels/kn_pool.h"
 #include "kv/kv_pool.h"
+#include "model/mdl_plan.h"
 #include "util/kiln_err.h"
 #include "weights/wt_config.h"
 
@@ -28,23 +29,24 @@ typedef struct mdl_model mdl_model;
 typedef struct mdl_ctx mdl_ctx;
 
 typedef struct {
-    const int32_t *tokens;     /* [n_tokens] BORROWED */
-    int32_t n_tokens;          /* >= 1 */
-    int32_t pos0;              /* position of tokens[0] */
-    const kv_block_id *blocks; /* BORROWED block table covering [0, pos0 + n_tokens); with
-                                  sliding-window layers only, entries before the
-                                  window of pos0 may be -1 (given back, never read) */
-    int32_t n_logits;          /* logits for the last n_logits tokens, 0..n_tokens */
-    int32_t rope_len;          /* sequence length dynamic-NTK RoPE scales for (HF uses the
-                                  length of the forward: the whole prompt at prefill, pos+1
-                                  when decoding); 0 = pos0 + n_tokens */
+    const int32_t *tokens;                    /* [n_tokens] BORROWED */
+    int32_t n_tokens;                         /* >= 1 */
+    int32_t pos0;                             /* position of tokens[0] */
+    const kv_block_id *blocks[KV_MAX_GROUPS]; /* BORROWED: per KV group (kv_layout.h) of the
+                                  pool, a block table covering [0, pos0 + n_tokens); in a
+                                  group with a window, entries before the window of pos0
+                                  may be -1 (given back, never read) */
+    int32_t n_logits;                         /* logits for the last n_logits tokens, 0..n_tokens */
+    int32_t rope_len; /* sequence length dynamic-NTK RoPE scales for (HF uses the
+                         length of the forward: the whole prompt at prefill, pos+1
+                         when decoding); 0 = pos0 + n_tokens */
 } mdl_seq;
 
 typedef struct {
-    uint64_t weights_bytes;   /* tensors used, as stored (mapped) */
-    uint64_t n_params;        /* logical parameter count */
-    uint64_t kv_bytes_per_token; /* f32 K+V over all layers */
-    char quant_desc[128];     /* e.g. "affine 4-bit g64 (bf16 scales)" or "bf16" */
+    uint64_t weights_bytes;      /* tensors used, as stored (mapped) */
+    uint64_t n_params;           /* logical parameter count */
+    uint64_t kv_bytes_per_token; /* f32 K+V over the layers that store K/V */
+    char quant_desc[128];        /* e.g. "affine 4-bit g64 (bf16 scales)" or "bf16" */
 } mdl_info;
 
 /* API */
@@ -58,22 +60,21 @@ mdl_info mdl_get_info(const mdl_model *m);
 /* One line per tensor group ("  mlp.down_proj     bf16" or "affine 3-bit g32 (f16 scales),
  * 6-bit in 2 of 5 layers") into buf; returns the length written (truncated to n-1). */
 size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n);
-/* The kv pool shape this model needs (n_blocks left for the caller). */
-kv_pool_config mdl_kv_shape(const mdl_model *m, int32_t n_blocks, int32_t block_tokens);
+/* The model's per-layer plan (lives as long as the model). */
+const mdl_plan *mdl_get_plan(const mdl_model *m);
 /* A 64-bit identity of the model (config + tensor headers) for cache namespaces. */
 uint64_t mdl_fingerprint(const mdl_model *m);
 
 /* Execution context: scratch for at most max_tokens new tokens over at most
  * max_seqs sequences, each at most max_ctx positions long. pool may be NULL. */
-kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens,
-                         int32_t max_seqs, int32_t max_ctx, mdl_ctx **out, kiln_err *err);
+kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens, int32_t max_seqs,
+                         int32_t max_ctx, mdl_ctx **out, kiln_err *err);
 void mdl_ctx_free(mdl_ctx *cx);
 /* The step arena mdl_ctx_create allocates for these limits (bytes), from the
- * config alone; *attn_floats (may be NULL) gets the per-thread attention scratch. */
-size_t mdl_scratch_bytes(const wt_config *c, int n_threads, int32_t max_tokens, int32_t max_seqs,
+ * plan alone (no weights needed); *attn_floats (may be NULL) gets the
+ * per-thread attention scratch. */
+size_t mdl_scratch_bytes(const mdl_plan *p, int n_threads, int32_t max_tokens, int32_t max_seqs,
                          int32_t max_ctx, int64_t *attn_floats);
-/* Rotary dims: head_dim x partial_rotary_factor, even. */
-int32_t mdl_rope_dims(const wt_config *c);
 size_t mdl_ctx_scratch_bytes(const mdl_ctx *cx);
 /* The batched step. Writes K/V of the new tokens into their blocks and logits
  * [Σ n_logits, vocab] (sequence order). Errors: KILN_E_INVALID for a token id

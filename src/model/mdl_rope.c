@@ -1,7 +1,9 @@
 /*
- * mdl_rope.c — rotary embedding frequencies, with the rope_scaling variants of
- * HF transformers' modeling_rope_utils: linear, llama3, yarn, dynamic (NTK).
- * Frequencies are computed in double; cos/sin are rounded to f32 once.
+ * mdl_rope.c — rotary embedding frequencies of one mdl_rope_spec, with the
+ * rope_scaling variants of HF transformers' modeling_rope_utils: linear,
+ * llama3, yarn, dynamic (NTK). A model has one per distinct parameter set
+ * (mdl_plan.rope). Frequencies are computed in double; cos/sin are rounded
+ * to f32 once.
  */
 #include "model/mdl_int.h"
 
@@ -15,14 +17,14 @@ static double yarn_mscale(double scale, double m)
 
 /* transformers _compute_yarn_parameters: blend of interpolated and extrapolated
  * frequencies over a ramp between the correction dims. */
-static void yarn_freqs(const wt_config *c, int32_t rot, double *inv, float *attn_factor)
+static void yarn_freqs(const mdl_rope_spec *c, int32_t rot, double *inv, float *attn_factor)
 {
-    const wt_rope *r = &c->rope;
-    double base = c->rope_theta, factor = r->factor > 0 ? r->factor : 1.0;
+    const wt_rope *r = &c->scaling;
+    double base = c->theta, factor = r->factor > 0 ? r->factor : 1.0;
     double orig = r->original_max_pos > 0 ? (double)r->original_max_pos : (double)c->max_pos;
     double bf = r->beta_fast > 0 ? r->beta_fast : 32.0, bs = r->beta_slow > 0 ? r->beta_slow : 1.0;
     double dim = rot;
-#define YARN_DIM(nrot) (dim * log(orig / ((nrot) * 2.0 * M_PI)) / (2.0 * log(base)))
+#define YARN_DIM(nrot) (dim * log(orig / ((nrot)*2.0 * M_PI)) / (2.0 * log(base)))
     double low = floor(YARN_DIM(bf)), high = ceil(YARN_DIM(bs));
 #undef YARN_DIM
     if (low < 0) low = 0;
@@ -37,16 +39,18 @@ static void yarn_freqs(const wt_config *c, int32_t rot, double *inv, float *attn
         double extra_factor = 1.0 - ramp;
         inv[i] = inter * (1.0 - extra_factor) + extra * extra_factor;
     }
-    if (r->attention_factor > 0) *attn_factor = (float)r->attention_factor;
+    if (r->attention_factor > 0)
+        *attn_factor = (float)r->attention_factor;
     else if (r->mscale > 0 && r->mscale_all_dim > 0)
         *attn_factor =
             (float)(yarn_mscale(factor, r->mscale) / yarn_mscale(factor, r->mscale_all_dim));
-    else *attn_factor = (float)yarn_mscale(factor, 1.0);
+    else
+        *attn_factor = (float)yarn_mscale(factor, 1.0);
 }
 
-static void llama3_freqs(const wt_config *c, int32_t rot, double *inv)
+static void llama3_freqs(const mdl_rope_spec *c, int32_t rot, double *inv)
 {
-    const wt_rope *r = &c->rope;
+    const wt_rope *r = &c->scaling;
     double factor = r->factor, lf = r->low_freq_factor, hf = r->high_freq_factor;
     double old = (double)r->original_max_pos;
     double low_wl = old / lf, high_wl = old / hf;
@@ -62,32 +66,33 @@ static void llama3_freqs(const wt_config *c, int32_t rot, double *inv)
     }
 }
 
-int32_t mdl_rope_dims(const wt_config *c)
+kiln_code mdl_rope_init(const mdl_rope_spec *c, mdl_rope *out, kiln_err *err)
 {
-    double prf = c->rope.partial_rotary_factor > 0 ? c->rope.partial_rotary_factor : 1.0;
-    return (int32_t)((double)c->head_dim * prf) & ~1;
-}
-
-kiln_code mdl_rope_init(const wt_config *c, mdl_rope *out, kiln_err *err)
-{
-    int32_t rot = mdl_rope_dims(c);
-    if (rot <= 0 || rot > c->head_dim)
+    int32_t rot = c->rot;
+    if (rot <= 0 || rot > c->head_dim || rot % 2)
         return kiln_fail(err, KILN_E_INVALID, "config.json: rotary dims %d for head_dim %d",
                          (int)rot, (int)c->head_dim);
+    out->spec = c;
     out->rot = rot;
     out->attn_factor = 1.0f;
     out->inv_freq = malloc(sizeof(double) * (size_t)(rot / 2));
     if (!out->inv_freq) return kiln_fail(err, KILN_E_NOMEM, "rope: out of memory");
     for (int32_t i = 0; i < rot / 2; i++)
-        out->inv_freq[i] = 1.0 / pow(c->rope_theta, (2.0 * i) / (double)rot);
-    switch (c->rope.type) {
+        out->inv_freq[i] = 1.0 / pow(c->theta, (2.0 * i) / (double)rot);
+    switch (c->scaling.type) {
     case WT_ROPE_LINEAR:
-        for (int32_t i = 0; i < rot / 2; i++) out->inv_freq[i] /= c->rope.factor;
+        for (int32_t i = 0; i < rot / 2; i++)
+            out->inv_freq[i] /= c->scaling.factor;
         break;
-    case WT_ROPE_LLAMA3: llama3_freqs(c, rot, out->inv_freq); break;
-    case WT_ROPE_YARN: yarn_freqs(c, rot, out->inv_freq, &out->attn_factor); break;
+    case WT_ROPE_LLAMA3:
+        llama3_freqs(c, rot, out->inv_freq);
+        break;
+    case WT_ROPE_YARN:
+        yarn_freqs(c, rot, out->inv_freq, &out->attn_factor);
+        break;
     case WT_ROPE_NONE:
-    case WT_ROPE_DYNAMIC: break; /* dynamic: per sequence length, in mdl_rope_cos_sin */
+    case WT_ROPE_DYNAMIC:
+        break; /* dynamic: per sequence length, in mdl_rope_cos_sin */
     }
     return KILN_OK;
 }
@@ -98,18 +103,18 @@ void mdl_rope_free(mdl_rope *r)
     r->inv_freq = NULL;
 }
 
-void mdl_rope_cos_sin(const mdl_rope *r, const wt_config *c, int64_t pos, int64_t seq_len,
-                      float *cs)
+void mdl_rope_cos_sin(const mdl_rope *r, int64_t pos, int64_t seq_len, float *cs)
 {
+    const mdl_rope_spec *c = r->spec;
     int32_t half = r->rot / 2;
     double base_scale = 1.0;
-    int dyn = c->rope.type == WT_ROPE_DYNAMIC;
-    double orig = c->rope.original_max_pos > 0 ? (double)c->rope.original_max_pos
-                                               : (double)c->max_pos;
+    int dyn = c->scaling.type == WT_ROPE_DYNAMIC;
+    double orig =
+        c->scaling.original_max_pos > 0 ? (double)c->scaling.original_max_pos : (double)c->max_pos;
     if (dyn && (double)seq_len > orig) {
         /* transformers _compute_dynamic_ntk_parameters */
-        double f = c->rope.factor, d = r->rot;
-        double base = c->rope_theta * pow(f * (double)seq_len / orig - (f - 1.0), d / (d - 2.0));
+        double f = c->scaling.factor, d = r->rot;
+        double base = c->theta * pow(f * (double)seq_len / orig - (f - 1.0), d / (d - 2.0));
         base_scale = base;
     }
     for (int32_t i = 0; i < half; i++) {

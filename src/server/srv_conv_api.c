@@ -74,11 +74,7 @@ static int list_or_search(srv_conv_store *st, const srv_conv_call *c, json_t **b
 static int parse_body(const srv_conv_call *c, json_t **doc, json_t **body)
 {
     kiln_err err;
-    json_error_t je;
-    *doc = json_loadb(c->body ? c->body : "", c->len, JSON_REJECT_DUPLICATES, &je);
-    if (!*doc) {
-        kiln_fail(&err, KILN_E_INVALID, "the body is not valid JSON (line %d, column %d): %s",
-                  je.line, je.column, je.text);
+    if (srv_json_parse(c->body, c->len, doc, &err)) {
         fail_err(body, &err);
         return -1;
     }

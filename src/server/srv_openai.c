@@ -434,22 +434,10 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
     out->skip_special = true;
     out->add_generation_prompt = true;
     out->parallel_tool_calls = true;
-    json_error_t jerr;
     uint64_t f0 = kiln_json_failures(); /* jansson may carry on after a failed allocation */
-    json_t *root = srv_json_load_request(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (kiln_json_failures() != f0) {
-        json_decref(root);
-        return kiln_fail(err, KILN_E_NOMEM, "out of memory reading the request");
-    }
-    if (!root)
-        return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", jerr.line,
-                         jerr.column, jerr.text);
-    kiln_code rc;
-    if (!json_is_object(root)) {
-        rc = kiln_fail(err, KILN_E_INVALID, "the request body must be a JSON object, got %s",
-                       type_name(root));
-        goto done;
-    }
+    json_t *root = NULL;
+    kiln_code rc = srv_json_parse_object(body, len, &root, err);
+    if (rc) return rc;
     if ((rc = api == SRV_API_CHAT ? parse_messages(root, out, param, err)
                                   : parse_prompt(root, out, param, err)))
         goto done;

@@ -1,8 +1,8 @@
 /*
  * srv_routes.c — the routes that do not generate: /v1/models, /health,
- * /stats, /metrics, /tokenize, /detokenize, /v1/messages/count_tokens. Each returns an HTTP status and a
- * body; srv_http.c sends it.
- * Threads: any HTTP thread; reads the engine through eng_get_stats only.
+ * /stats, /metrics, /tokenize, /detokenize, /v1/messages/count_tokens. Each returns an HTTP status
+ * and a body; srv_http.c sends it. Threads: any HTTP thread; reads the engine through eng_get_stats
+ * only.
  */
 #include "server/srv_int.h"
 #include "server/srv_anthropic.h"
@@ -192,6 +192,19 @@ int srv_route_stats(srv_server *s, json_t **body)
         json_object_set_new(kvj, "sliding_layers", json_integer(st.kv_sliding_layers));
         json_object_set_new(kvj, "kv_window", json_integer(st.kv_window));
         json_object_set_new(kvj, "seq_max_blocks", json_integer((json_int_t)st.kv_seq_max_blocks));
+        /* KV groups (docs/kv.md): the layers that keep the same positions */
+        json_t *groups = json_array();
+        for (int g = 0; g < st.kv_n_groups && groups; g++) {
+            const kv_pool_group_stats *gs = &st.kv.group[g];
+            json_array_append_new(
+                groups,
+                json_pack("{s:i, s:i, s:I, s:i, s:i, s:i, s:i, s:I}", "window",
+                          (int)st.kv_group_window[g], "layers", (int)st.kv_group_layers[g],
+                          "bytes_per_token", (json_int_t)st.kv_group_bytes_per_token[g], "blocks",
+                          (int)gs->n_blocks, "free", (int)gs->n_free, "active", (int)gs->n_active,
+                          "cached", (int)gs->n_cached, "block_bytes", (json_int_t)gs->block_bytes));
+        }
+        if (groups) json_object_set_new(kvj, "groups", groups);
     }
     srv_rstore_stats rs = srv_rstore_get_stats(s->rstore);
     if (j)
@@ -291,7 +304,7 @@ int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **
     if (rc) goto fail;
     *body = json_pack("{s:i}", "input_tokens", (int)n);
     return *body ? 200 : 500;
-fail: {
+fail : {
     srv_error e = srv_error_from(&err, param[0] ? param : NULL);
     *body = srv_error_json_anthropic(&e);
     return srv_error_status(e.kind);

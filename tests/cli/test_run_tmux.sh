@@ -27,11 +27,11 @@ wait_for() {
 }
 count() { screen "$1" | grep -cE "$2"; }
 
-M="$KILN_BINARY_DIR/test-models/webui-slow-f32"
+M="$KILN_BINARY_DIR/test-models/webui-slow-512-f32"
 if [ ! -f "$M/model.safetensors" ]; then
   mkdir -p "$KILN_BINARY_DIR/test-models"
-  "$KILN_SOURCE_DIR/tools/make-test-model" --arch llama --dtype f32 --shape custom --hidden 384 --layers 6 \
-    --heads 6 --kv-heads 2 --head-dim 64 --ffn 1024 --out "$M.tmp$$" >/dev/null &&
+  "$KILN_SOURCE_DIR/tools/make-test-model" --arch llama --dtype f32 --shape custom --hidden 512 --layers 8 \
+    --heads 8 --kv-heads 2 --head-dim 64 --ffn 1536 --out "$M.tmp$$" >/dev/null &&
     { mv -T "$M.tmp$$" "$M" 2>/dev/null || rm -rf "$M.tmp$$"; }
 fi
 [ -f "$M/model.safetensors" ] || { echo "FAIL cannot make the test model"; echo "0 passed, 1 failed"; exit 1; }
@@ -78,10 +78,12 @@ tm send-keys -t A C-d
 check "Ctrl-D at the prompt quits with 0" wait_for A "^EXITED 0"
 
 # session B: a long answer stopped with Ctrl-C
-tm new-session -d -s B -x 200 -y 50 "'$KILN_BIN' run '$M' --threads 2 --max-tokens 3000 --temperature 0.8 --data-dir '$T/data'; echo EXITED \$?; sleep 60"
-wait_for B "kiln run: webui-slow-f32" >/dev/null
+tm new-session -d -s B -x 200 -y 50 "'$KILN_BIN' run '$M' --threads 2 --max-tokens 3000 --ignore-eos --temperature 0.8 --data-dir '$T/data'; echo EXITED \$?; sleep 60"
+wait_for B "kiln run: webui-slow-512-f32" >/dev/null
 tm send-keys -t B "Write a very long story" Enter
-sleep 1.5
+# --ignore-eos: the random weights cannot end the answer before the Ctrl-C
+wait_for B "^>>> Write a very long story" >/dev/null
+sleep 0.7
 tm send-keys -t B C-c
 check "Ctrl-C stops the answer: the figures line says stopped" wait_for B "^\[[0-9]+ tokens.* · stopped\]" 30
 n=$(screen B | grep -oE '^\[[0-9]+ tokens' | grep -oE '[0-9]+' | tail -1)

@@ -3,15 +3,36 @@
 
   ssd_kill.py URL SERVER_PID N PREFIX_ID MAX_TOKENS [extra JSON]
 Prints {"chunks": n, "text": "text received before the kill"}.
+With KILN_KILL_SETTLE=K in the environment, after N chunks it first waits (at
+most 60 s, the generation going on) until /stats shows at least K checkpoints
+on disk and nothing pending in the SSD write queue: a loaded machine's writer
+may lag, and a checkpoint is durable only once written.
 """
 import json
 import os
 import signal
 import sys
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ssd_req import prompt_for  # noqa: E402
+
+
+def settle(url):
+    want = int(os.environ.get("KILN_KILL_SETTLE", "0"))
+    if want <= 0:
+        return
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/stats", timeout=10) as r:
+                ssd = json.load(r)["ssd_cache"]
+            if ssd["checkpoints"] >= want and ssd["pending"] == 0:
+                return
+        except Exception:
+            pass
+        time.sleep(0.02)
 
 
 def main():
@@ -33,6 +54,7 @@ def main():
                     text.append(c.get("text", ""))
                     chunks += 1
                 if chunks >= n_kill:
+                    settle(url)
                     os.kill(pid, signal.SIGKILL)
                     break
     except Exception:

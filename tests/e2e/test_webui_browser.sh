@@ -16,11 +16,11 @@ WEBUI="$KILN_SOURCE_DIR/tests/webui"
 SHOTS="$KILN_BINARY_DIR/webui-screenshots"
 rm -rf "$SHOTS"; mkdir -p "$SHOTS"
 
-M="$KILN_BINARY_DIR/test-models/webui-slow-f32"
+M="$KILN_BINARY_DIR/test-models/webui-slow-512-f32"
 if [ ! -f "$M/model.safetensors" ]; then
   mkdir -p "$KILN_BINARY_DIR/test-models"
-  "$KILN_SOURCE_DIR/tools/make-test-model" --arch llama --dtype f32 --shape custom --hidden 384 --layers 6 \
-    --heads 6 --kv-heads 2 --head-dim 64 --ffn 1024 --out "$M.tmp$$" >/dev/null &&
+  "$KILN_SOURCE_DIR/tools/make-test-model" --arch llama --dtype f32 --shape custom --hidden 512 --layers 8 \
+    --heads 8 --kv-heads 2 --head-dim 64 --ffn 1536 --out "$M.tmp$$" >/dev/null &&
     { mv -T "$M.tmp$$" "$M" 2>/dev/null || rm -rf "$M.tmp$$"; }
 fi
 [ -f "$M/model.safetensors" ] || e2e_skip "cannot make the test model (python3-numpy missing?)"
@@ -36,15 +36,15 @@ tally() { # tally OUTPUT: adds the node file's "N passed, M failed" to ours
 
 DATA="$E2E_TMP/data"; SSD="$E2E_TMP/ssd"
 e2e_server C --model "$M" --ctx 4096 --batch 2 --data-dir "$DATA" --ssd-cache "$SSD" || exit 1
-check "reading the weights shows progress in the log" grep -qE "^loading webui-slow-f32: 100% \(9[0-9.]+ MiB/" "$C_LOG"
-tally "$(web --url "$C_URL" --model webui-slow-f32 --shots "$SHOTS" --mode chat)"
+check "reading the weights shows progress in the log" grep -qE "^loading webui-slow-512-f32: 100% \(9[0-9.]+ MiB/" "$C_LOG"
+tally "$(web --url "$C_URL" --model webui-slow-512-f32 --shots "$SHOTS" --mode chat)"
 n1=$(curl -s "$C_URL/v1/conversations" | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)["data"]))')
 curl -s -X POST "$C_URL/admin/cache/flush" >/dev/null
 check "SIGTERM exits 0" e2e_stop "$C_PID"
 e2e_server C --model "$M" --ctx 4096 --batch 2 --data-dir "$DATA" --ssd-cache "$SSD" || exit 1
 n2=$(curl -s "$C_URL/v1/conversations" | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)["data"]))')
 check "after a restart the $n1 conversations are all there ($n2)" bash -c "[ '$n1' = '$n2' ] && [ '$n1' -gt 0 ]"
-tally "$(web --url "$C_URL" --model webui-slow-f32 --shots "$SHOTS" --mode restart)"
+tally "$(web --url "$C_URL" --model webui-slow-512-f32 --shots "$SHOTS" --mode restart)"
 e2e_stop "$C_PID"
 
 e2e_server S --api-key test-key --data-dir "$E2E_TMP/data2" || exit 1

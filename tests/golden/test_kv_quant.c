@@ -175,8 +175,8 @@ static void test_prefix_hits_quantized(void)
         int32_t hit = eng_seq_attach_prefix(b, rt->kv, rt->ns);
         ASSERT_EQ_I64(hit, 32); /* 4 full blocks of 8 before position 35 */
         for (int32_t j = 0; j < 4; j++)
-            ASSERT_EQ_I64(b->blocks[j], a->blocks[j]);
-        ASSERT_TRUE(kv_pool_refcnt(rt->kv, a->blocks[0]) == 2);
+            ASSERT_EQ_I64(b->blocks[0][j], a->blocks[0][j]);
+        ASSERT_TRUE(kv_pool_refcnt(rt->kv, a->blocks[0][0]) == 2);
         ASSERT_OK(eng_prefill(rt, b, 1, got, &err));
         int same = !memcmp(got, ref + (size_t)hit * 512, (size_t)(n - hit) * 512 * 4);
         eng_seq_free(a, rt->kv);

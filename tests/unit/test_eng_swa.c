@@ -7,7 +7,8 @@
  * only the window's blocks (from RAM or the SSD tier), batching and chunking
  * change nothing, truncation into given-back blocks recomputes, --kv-budget
  * projects the window, and `kiln fit` equals the pool. A mixed Qwen2 model
- * (one full layer) is reported honestly: not capped.
+ * (one full layer, one sliding) keeps its full layer's blocks and gives back
+ * its sliding group's: bit for bit the run that keeps everything.
  */
 #include "engine/eng_admit.h"
 #include "engine/eng_engine.h"
@@ -111,7 +112,7 @@ static kiln_code run_greedy(eng_runtime *rt, const int32_t *prompt, int32_t n_pr
             rc = kiln_fail(err, KILN_E_INTERNAL, "pool invariants broken");
     }
     r->held_end = eng_seq_blocks_held(s);
-    r->dropped_end = s->n_dropped;
+    r->dropped_end = s->n_dropped[0];
     eng_seq_free(s, rt->kv);
     return rc;
 }
@@ -178,7 +179,7 @@ static void test_release_is_memory_only_far_past_the_window(void)
             eng_runtime *off = open_rt(dirs[d], 1, qs[q], 1, &err);
             ASSERT_TRUE(on && off);
             ASSERT_EQ_I64(on->o.kv_window, wins[d]);
-            ASSERT_EQ_I64(kv_pool_cfg(on->kv)->window, wins[d]);
+            ASSERT_EQ_I64(kv_pool_group_window(on->kv, 0), wins[d]);
             ASSERT_EQ_I64(off->o.kv_window, 0);
             int64_t vocab = mdl_vocab(on->model);
             run_out a, b, c;
@@ -232,11 +233,11 @@ static void test_prefix_hit_longer_than_the_window(void)
     eng_seq *s;
     ASSERT_OK(eng_seq_create(pb, 230, &s, &err));
     int32_t hit = eng_seq_attach_prefix(s, on->kv, on->ns);
-    ASSERT_EQ_I64(hit, 200);                                         /* blocks 0..24 match */
-    ASSERT_EQ_I64(s->n_dropped, kv_window_first_block(20, BT, 200)); /* 22 */
-    ASSERT_EQ_I64(s->n_dropped, 22);
+    ASSERT_EQ_I64(hit, 200);                                            /* blocks 0..24 match */
+    ASSERT_EQ_I64(s->n_dropped[0], kv_window_first_block(20, BT, 200)); /* 22 */
+    ASSERT_EQ_I64(s->n_dropped[0], 22);
     ASSERT_EQ_I64(eng_seq_blocks_held(s), 3);
-    ASSERT_EQ_I64(kv_pool_find(on->kv, s->hashes[0]), 0); /* block 0 is gone */
+    ASSERT_EQ_I64(kv_pool_find(on->kv, 0, s->hashes[0]), 0); /* block 0 is gone */
     kv_pool_stats st1 = kv_pool_get_stats(on->kv);
     ASSERT_EQ_U64(st1.hits - st0.hits, 3); /* nothing before the window was looked up */
     ASSERT_EQ_U64(st1.misses - st0.misses, 0);
@@ -329,7 +330,7 @@ static void test_batch_invariance_with_blocks_given_back(void)
     }
     for (int i = 0; i < NS; i++) {
         ASSERT_EQ_I64(got[i], GEN);
-        ASSERT_TRUE(s[i]->n_dropped > 0);
+        ASSERT_TRUE(s[i]->n_dropped[0] > 0);
         if (memcmp(rows[i], alone[i].logits, sizeof(float) * (size_t)vocab * GEN) != 0)
             TEST_FAIL_("sequence %d: batched logits differ from alone", i);
         eng_seq_free(s[i], rt->kv);
@@ -358,13 +359,13 @@ static void test_truncate_into_given_back_blocks_recomputes(void)
     ASSERT_OK(eng_seq_create(p, 120, &s, &err));
     ASSERT_OK(eng_prefill(on, s, 0, NULL, &err));
     ASSERT_EQ_I64(s->n_cached, 120);
-    ASSERT_EQ_I64(s->n_dropped, 12); /* the query at 120 reads 101.. */
+    ASSERT_EQ_I64(s->n_dropped[0], 12); /* the query at 120 reads 101.. */
     /* 111: block 13 (104..111) is published, so recompute from 104, whose
      * window starts in block 10: blocks 10, 11 come back from the cache */
     uint64_t hits0 = kv_pool_get_stats(on->kv).hits;
     eng_seq_truncate(s, on->kv, 111);
     ASSERT_EQ_I64(s->n_cached, 104);
-    ASSERT_EQ_I64(s->n_dropped, 10);
+    ASSERT_EQ_I64(s->n_dropped[0], 10);
     ASSERT_EQ_I64(eng_seq_blocks_held(s), 3);
     ASSERT_EQ_U64(kv_pool_get_stats(on->kv).hits - hits0, 2);
     ASSERT_OK(eng_prefill(on, s, 0, NULL, &err));
@@ -427,6 +428,53 @@ static void test_ssd_tier_hit_loads_only_the_window(void)
     ASSERT_OK(run_greedy(on, pb, 230, 20, CHUNK, 1, &b, &err));
     ASSERT_EQ_I64(b.hit, 200);
     ASSERT_EQ_U64(kv_ssd_get_stats(ssd).hits - hits0, 3);
+    ASSERT_OK(run_greedy(off, pb, 230, 20, CHUNK, 0, &ref, &err));
+    ASSERT_TRUE(same_rows(&b, &ref, 20, vocab));
+    ASSERT_EQ_I64(kv_pool_check(on->kv), 0);
+    kv_ssd_attach(NULL, on->kv);
+    kv_ssd_close(ssd, 5);
+    ASSERT_TRUE(system(cmd) == 0);
+    run_free(&a);
+    run_free(&b);
+    run_free(&ref);
+    eng_runtime_close(on);
+    eng_runtime_close(off);
+}
+
+/* The mixed model through the SSD tier: every cached block spilled, a
+ * 200-token hit loads the full group's 25 blocks and the sliding group's 3
+ * (each group under its own key), and the run equals a fresh one. */
+static void test_ssd_tier_mixed_groups(void)
+{
+    kiln_err err;
+    char sdir[512], cmd[700];
+    snprintf(sdir, sizeof sdir, "%s/unit_swa_ssd_mixed_%d", KILN_BINARY_DIR, (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", sdir);
+    ASSERT_TRUE(system(cmd) == 0);
+    eng_runtime *on = open_rt(dir_mixed, 0, KV_QUANT_OFF, 1, &err);
+    eng_runtime *off = open_rt(dir_mixed, 1, KV_QUANT_OFF, 1, &err);
+    ASSERT_TRUE(on && off);
+    int64_t vocab = mdl_vocab(on->model);
+    kv_ssd_config sc = kv_ssd_config_default();
+    sc.dir = sdir;
+    sc.id = (kv_ssd_ident){.model_fp = on->ns, .kv_format = 0, .tok_fp = 1, .block_tokens = BT};
+    kv_ssd *ssd = NULL;
+    ASSERT_OK(kv_ssd_open(&sc, &ssd, &err));
+    kv_ssd_attach(ssd, on->kv);
+    int32_t pa[200], pb[230];
+    fill_prompt(pa, 200, 31);
+    memcpy(pb, pa, sizeof pa);
+    fill_prompt(pb + 200, 30, 32);
+    run_out a, b, ref;
+    ASSERT_OK(run_greedy(on, pa, 200, 5, CHUNK, 1, &a, &err));
+    kv_pool_set_cache_cap(on->kv, 0); /* every cached block spilled to the tier */
+    ASSERT_EQ_I64(kv_pool_get_stats(on->kv).n_cached, 0);
+    ASSERT_EQ_U64(kv_ssd_flush(ssd, 10000, NULL), 0);
+    kv_pool_set_cache_cap(on->kv, kv_pool_get_stats(on->kv).n_blocks);
+    uint64_t hits0 = kv_ssd_get_stats(ssd).hits;
+    ASSERT_OK(run_greedy(on, pb, 230, 20, CHUNK, 1, &b, &err));
+    ASSERT_EQ_I64(b.hit, 200);
+    ASSERT_EQ_U64(kv_ssd_get_stats(ssd).hits - hits0, 25 + 3);
     ASSERT_OK(run_greedy(off, pb, 230, 20, CHUNK, 0, &ref, &err));
     ASSERT_TRUE(same_rows(&b, &ref, 20, vocab));
     ASSERT_EQ_I64(kv_pool_check(on->kv), 0);
@@ -529,7 +577,6 @@ static void test_fit_equals_the_pool(void)
         {dir20, 0, KV_QUANT_8, 20, 2, 12 + 1},
         {dir24, 0, KV_QUANT_4, 24, 2, 12 + 1}, /* ceil((24 - 1 + 64) / 8) + 1 = 12 */
         {dir20, 1, KV_QUANT_OFF, 0, 2, CTX / BT + 1},
-        {dir_mixed, 0, KV_QUANT_OFF, 0, 1, CTX / BT + 1}, /* one full layer: not capped */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kiln_err err;
@@ -550,7 +597,7 @@ static void test_fit_equals_the_pool(void)
         ASSERT_EQ_I64(f.o.n_blocks, st.n_blocks);
         ASSERT_EQ_I64(st.n_blocks, 3 * cases[i].per_seq);
         ASSERT_EQ_I64(f.kv_window, cases[i].window);
-        ASSERT_EQ_I64(kv_pool_cfg(rt->kv)->window, cases[i].window);
+        ASSERT_EQ_I64(kv_pool_group_window(rt->kv, 0), cases[i].window);
         ASSERT_EQ_I64(f.kv_seq_max_blocks, cases[i].per_seq - 1);
         ASSERT_EQ_I64(f.sliding_layers, cases[i].sliding);
         ASSERT_EQ_I64(f.sliding_window, 20 + (cases[i].dir == dir24) * 4);
@@ -575,22 +622,74 @@ static void test_fit_equals_the_pool(void)
     }
 }
 
-/* A mixed model (layer 0 full, layer 1 sliding) keeps every block: the truth
- * the pool can offer (a block holds every layer). */
-static void test_mixed_model_is_not_capped(void)
+/* A mixed model (layer 0 full, layer 1 sliding, window 20): two KV groups. The
+ * full group keeps every block, the sliding group gives back what left the
+ * window: the same logits, bit for bit, as the run that keeps everything
+ * (f32 and 8-bit KV); `kiln fit` is the pool per group; a prefix hit longer
+ * than the window takes the full group's whole chain and the sliding group's
+ * window only. */
+static void test_mixed_model_caps_its_sliding_group(void)
 {
-    kiln_err err;
-    eng_runtime *rt = open_rt(dir_mixed, 0, KV_QUANT_OFF, 1, &err);
-    ASSERT_TRUE(rt != NULL);
-    ASSERT_EQ_I64(rt->o.kv_window, 0);
-    int32_t p[100];
-    fill_prompt(p, 100, 9);
-    run_out r;
-    ASSERT_OK(run_greedy(rt, p, 100, 60, CHUNK, 0, &r, &err));
-    ASSERT_EQ_I64(r.dropped_end, 0);
-    ASSERT_EQ_I64(r.held_end, (100 + 59 + BT - 1) / BT);
-    run_free(&r);
-    eng_runtime_close(rt);
+    kv_quant_mode qs[2] = {KV_QUANT_OFF, KV_QUANT_8};
+    for (int q = 0; q < 2; q++) {
+        kiln_err err;
+        eng_runtime *on = open_rt(dir_mixed, 0, qs[q], 1, &err);
+        eng_runtime *off = open_rt(dir_mixed, 1, qs[q], 1, &err);
+        ASSERT_TRUE(on && off);
+        ASSERT_EQ_I64(on->o.kv_window, 0); /* not one capped group */
+        ASSERT_EQ_I64(kv_pool_n_groups(on->kv), 2);
+        ASSERT_EQ_I64(kv_pool_group_window(on->kv, 0), 0);
+        ASSERT_EQ_I64(kv_pool_group_window(on->kv, 1), 20);
+        ASSERT_EQ_I64(kv_pool_layer_group(on->kv, 0), 0);
+        ASSERT_EQ_I64(kv_pool_layer_group(on->kv, 1), 1);
+        ASSERT_EQ_I64(kv_pool_group_window(off->kv, 1), 0);
+        int64_t vocab = mdl_vocab(on->model);
+        int32_t p[100];
+        fill_prompt(p, 100, 9);
+        run_out a, b;
+        ASSERT_OK(run_greedy(on, p, 100, 160, CHUNK, 0, &a, &err));
+        ASSERT_OK(run_greedy(off, p, 100, 160, CHUNK, 0, &b, &err));
+        ASSERT_TRUE(same_rows(&a, &b, 160, vocab));
+        ASSERT_EQ_I64(a.dropped_end, 0); /* the full group gives nothing back */
+        /* at 259 positions: the full group's 33 blocks + the window's (first block 30) */
+        int32_t nb = (100 + 159 + BT - 1) / BT;
+        ASSERT_EQ_I64(a.held_end, nb + nb - kv_window_first_block(20, BT, 100 + 159));
+        ASSERT_EQ_I64(b.held_end, 2 * nb);
+        ASSERT_EQ_I64(kv_pool_get_stats(on->kv).n_active, 0);
+        ASSERT_EQ_I64(kv_pool_check(on->kv), 0);
+        /* a hit at 256 positions: group 0 blocks 0..31, group 1 only the window's */
+        int32_t pb[300];
+        memcpy(pb, p, sizeof p);
+        for (int32_t i = 0; i < 160; i++)
+            pb[100 + i] = a.toks[i];
+        eng_seq *s;
+        ASSERT_OK(eng_seq_create(pb, 260, &s, &err));
+        ASSERT_EQ_I64(eng_seq_attach_prefix(s, on->kv, on->ns), 256);
+        ASSERT_EQ_I64(s->n_dropped[0], 0);
+        ASSERT_EQ_I64(s->n_dropped[1], kv_window_first_block(20, BT, 256));
+        eng_seq_free(s, on->kv);
+        /* fit = the pool, group by group; one sequence = all of the full layer's
+         * positions + the window's blocks of the sliding one */
+        eng_runtime_opts o = on->o;
+        o.kv_fmt = NULL;
+        eng_fit f;
+        ASSERT_OK(eng_fit_model(dir_mixed, &o, &f, &err));
+        kv_pool_stats st = kv_pool_get_stats(on->kv);
+        ASSERT_EQ_I64(f.n_kv_groups, 2);
+        ASSERT_EQ_U64(f.kv_pool_bytes, st.bytes);
+        ASSERT_EQ_I64(f.kv_group[0].n_blocks, st.group[0].n_blocks);
+        ASSERT_EQ_I64(f.kv_group[1].n_blocks, st.group[1].n_blocks);
+        ASSERT_EQ_I64(st.group[0].n_blocks, CTX / BT + 1);
+        ASSERT_EQ_I64(st.group[1].n_blocks, 12 + 1); /* ceil((20 - 1 + 64) / 8) + 1 */
+        ASSERT_EQ_U64(f.kv_bytes_per_token * BT, st.block_bytes);
+        ASSERT_EQ_U64(f.kv_group[0].bytes_per_token, f.kv_group[1].bytes_per_token);
+        ASSERT_EQ_U64(f.kv_seq_bytes, f.kv_group[0].bytes_per_token * CTX +
+                                          f.kv_group[1].bytes_per_token * 12 * BT);
+        run_free(&a);
+        run_free(&b);
+        eng_runtime_close(on);
+        eng_runtime_close(off);
+    }
 }
 
 /* The numbers docs/kv.md quotes: Mistral 7B v0.1 (32 layers, 8 KV heads of
@@ -635,7 +734,7 @@ static void test_mistral_7b_shape_numbers(void)
                 (double)on.kv_seq_bytes / 1073741824.0, (double)off.kv_pool_bytes / 1073741824.0,
                 (double)on.kv_pool_bytes / 1073741824.0);
     }
-    /* a mixed Qwen2-style config: 28 layers, the last 7 sliding: not capped */
+    /* a mixed Qwen2-style config: 28 layers, the last 7 sliding: those 7 capped */
     c.n_layers = 28;
     c.max_window_layers = 21;
     o.kv_quant = KV_QUANT_OFF;
@@ -646,7 +745,8 @@ static void test_mistral_7b_shape_numbers(void)
     ASSERT_EQ_I64(m.kv_window, 0);
     ASSERT_EQ_U64(m.kv_bytes_per_token_sliding_layers, 7 * 8192);
     ASSERT_EQ_U64(m.kv_bytes_per_token_full_layers, 21 * 8192);
-    ASSERT_EQ_U64(m.kv_seq_bytes, m.kv_bytes_per_token * 32768);
+    ASSERT_EQ_I64(m.n_kv_groups, 2);
+    ASSERT_EQ_U64(m.kv_seq_bytes, 21 * 8192 * (uint64_t)32768 + 7 * 8192 * (uint64_t)289 * 16);
 }
 
 int main(void)
@@ -664,9 +764,10 @@ int main(void)
     RUN(test_batch_invariance_with_blocks_given_back);
     RUN(test_truncate_into_given_back_blocks_recomputes);
     RUN(test_ssd_tier_hit_loads_only_the_window);
+    RUN(test_ssd_tier_mixed_groups);
     RUN(test_kv_budget_projects_the_window);
     RUN(test_fit_equals_the_pool);
-    RUN(test_mixed_model_is_not_capped);
+    RUN(test_mixed_model_caps_its_sliding_group);
     RUN(test_mistral_7b_shape_numbers);
     return TEST_DONE();
 }

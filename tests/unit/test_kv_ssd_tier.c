@@ -36,29 +36,29 @@ static void test_evicted_block_round_trips_through_the_tier(void)
     for (size_t i = 0; i < n / sizeof(float); i++)
         d[i] = (float)i * 0.5f;
     ASSERT_EQ_I64(kv_pool_publish(p, a, 0x77), 1);
-    kv_pool_release(p, a);                           /* CACHED */
-    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0x77, 0), -1); /* in RAM: the tier is not asked */
+    kv_pool_release(p, a);                                 /* CACHED */
+    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0, 0x77, 0), -1); /* in RAM: the tier is not asked */
     ASSERT_OK(kv_pool_alloc(p, &b, &err));
     kv_block_id c2;
     ASSERT_OK(kv_pool_alloc(p, &c2, &err)); /* reuses a: spilled first */
     ASSERT_EQ_I64(c2, a);
     ASSERT_TRUE(kv_ssd_has(ssd, KV_SSD_BLOCK, 0x77));
-    ASSERT_EQ_I64(kv_pool_lookup(p, 0x77), -1);
+    ASSERT_EQ_I64(kv_pool_lookup(p, 0, 0x77), -1);
     memset(kv_pool_block_data_mut(p, c2, NULL), 0, n); /* the RAM copy is gone */
     kv_pool_release(p, c2);
     ASSERT_EQ_U64(kv_ssd_flush(ssd, 5000, NULL), 0);
-    kv_block_id got = kv_pool_lookup_tier(p, 0x77, 0);
+    kv_block_id got = kv_pool_lookup_tier(p, 0, 0x77, 0);
     ASSERT_TRUE(got >= 0);
     ASSERT_EQ_I64(kv_pool_refcnt(p, got), 1);
     const float *g = kv_pool_block_data(p, got, NULL);
     for (size_t i = 0; i < n / sizeof(float); i++)
         if (g[i] != (float)i * 0.5f) TEST_FAIL_("float %zu differs after the round trip", i);
-    ASSERT_EQ_I64(kv_pool_lookup(p, 0x77), got); /* published again */
+    ASSERT_EQ_I64(kv_pool_lookup(p, 0, 0x77), got); /* published again */
     kv_pool_release(p, got);
     ASSERT_EQ_I64(kv_pool_check(p), 0);
     /* a miss allocates nothing */
     int32_t avail = kv_pool_available(p);
-    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0x78, 0), -1);
+    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0, 0x78, 0), -1);
     ASSERT_EQ_I64(kv_pool_available(p), avail);
     kv_pool_release(p, got);
     ASSERT_EQ_I64(kv_pool_check(p), 0);
@@ -103,8 +103,8 @@ static void test_both_block_classes_round_trip_across_a_restart(void)
     kv_ssd_attach(ssd, p);
     /* block 0 (f32 class) under 0xA0, block 2 (q4 class) under 0xB2 */
     kv_block_id fb, mb, x[4];
-    ASSERT_OK(kv_pool_alloc_at(p, 0, &fb, &err));
-    ASSERT_OK(kv_pool_alloc_at(p, 2, &mb, &err));
+    ASSERT_OK(kv_pool_alloc_at(p, 0, 0, &fb, &err));
+    ASSERT_OK(kv_pool_alloc_at(p, 0, 2, &mb, &err));
     ASSERT_TRUE(fb < 2 && mb >= 2);
     size_t n;
     uint8_t *d = kv_pool_block_data_mut(p, fb, &n);
@@ -121,7 +121,7 @@ static void test_both_block_classes_round_trip_across_a_restart(void)
     kv_pool_release(p, mb);
     /* fill both classes: each CACHED block is evicted, and spilled, by its own class */
     for (int j = 0; j < 4; j++)
-        ASSERT_OK(kv_pool_alloc_at(p, j, &x[j], &err));
+        ASSERT_OK(kv_pool_alloc_at(p, 0, j, &x[j], &err));
     ASSERT_TRUE(kv_ssd_has(ssd, KV_SSD_BLOCK, 0xA0) && kv_ssd_has(ssd, KV_SSD_BLOCK, 0xB2));
     for (int j = 0; j < 4; j++) {
         memset(kv_pool_block_data_mut(p, x[j], NULL), 0, j < 2 ? full : main);
@@ -139,13 +139,13 @@ static void test_both_block_classes_round_trip_across_a_restart(void)
     ASSERT_OK(kv_pool_create(&c, &p, &err));
     kv_ssd_attach(ssd, p);
     int32_t avail = kv_pool_available(p);
-    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0xA0, 2), -1); /* f32 bytes at a q4 index: no */
-    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0xB2, 1), -1); /* q4 bytes at an f32 index: no */
+    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0, 0xA0, 2), -1); /* f32 bytes at a q4 index: no */
+    ASSERT_EQ_I64(kv_pool_lookup_tier(p, 0, 0xB2, 1), -1); /* q4 bytes at an f32 index: no */
     ASSERT_EQ_I64(kv_pool_available(p), avail);
     ASSERT_EQ_U64(kv_ssd_get_stats(ssd).quarantined, 0); /* a size mismatch is not corruption */
     ASSERT_EQ_I64(kv_pool_check(p), 0);
-    kv_block_id gf = kv_pool_lookup_tier(p, 0xA0, 0);
-    kv_block_id gm = kv_pool_lookup_tier(p, 0xB2, 2);
+    kv_block_id gf = kv_pool_lookup_tier(p, 0, 0xA0, 0);
+    kv_block_id gm = kv_pool_lookup_tier(p, 0, 0xB2, 2);
     ASSERT_TRUE(gf >= 0 && gf < 2); /* the f32 class */
     ASSERT_TRUE(gm >= 2);           /* the q4 class */
     ASSERT_EQ_I64(kv_pool_layer_fmt(p, gf, 1).dtype, KN_KV_F32);
@@ -158,8 +158,8 @@ static void test_both_block_classes_round_trip_across_a_restart(void)
     ASSERT_EQ_U64(n, main);
     for (size_t i = 0; i < n; i++)
         if (g[i] != (uint8_t)(i * 5 + 2)) TEST_FAIL_("q4 block: byte %zu differs", i);
-    ASSERT_EQ_I64(kv_pool_lookup(p, 0xA0), gf); /* published again, in RAM */
-    ASSERT_EQ_I64(kv_pool_lookup(p, 0xB2), gm);
+    ASSERT_EQ_I64(kv_pool_lookup(p, 0, 0xA0), gf); /* published again, in RAM */
+    ASSERT_EQ_I64(kv_pool_lookup(p, 0, 0xB2), gm);
     for (int k = 0; k < 2; k++) {
         kv_pool_release(p, gf);
         kv_pool_release(p, gm);

@@ -1,0 +1,198 @@
+/*
+ * mdl_attn.c — the softmax-attention mixer: one layer's q/k/v projections over
+ * all T tokens of the step, per-token q/k norms and RoPE, K/V written into the
+ * sequence's paged blocks, attention per (sequence, KV head) over its blocks,
+ * and the output projection.
+ *
+ * Geometry (heads, head_dim, window, scale, RoPE, the layer whose K/V it reads)
+ * comes from the layer's mdl_layer_plan, so layers of one model may differ.
+ * Contract: reads s->h (the normed input, [T, H]), leaves the block's output in
+ * s->h. Every per-token result depends only on that token's row and its
+ * sequence's keys, reduced in a fixed order (batch and chunk invariance).
+ */
+#include "kernels/kn_attn.h"
+#include "kernels/kn_ops.h"
+#include "model/mdl_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* qk-norm, RoPE, and (a layer that stores K/V) K/V into the token's block
+ * slot of the layer's group. */
+static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    mdl_step *s = ctx;
+    const mdl_layer *ly = s->ly;
+    const mdl_layer_plan *p = ly->p;
+    float eps = (float)s->m->cfg.rms_eps;
+    int64_t hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads;
+    int32_t bt = kv_pool_cfg(s->kv)->block_tokens, L = p->kv_src;
+    int stores = L == s->layer, g = kv_pool_layer_group(s->kv, L);
+    const mdl_rope *rope = p->rope >= 0 ? &s->m->rope[p->rope] : NULL;
+    for (int64_t t = t0; t < t1; t++) {
+        float *q = s->q + t * nh * hd, *k = s->k + t * nkv * hd, *v = s->v + t * nkv * hd;
+        const float *cs = rope ? s->cs[p->rope] + t * rope->rot : NULL;
+        for (int64_t h = 0; h < nh; h++) {
+            if (ly->attn.q_norm) kn_rmsnorm(q + h * hd, q + h * hd, ly->attn.q_norm, hd, eps, 0.0f);
+            if (rope) kn_rope_neox(q + h * hd, rope->rot, cs);
+        }
+        if (!stores) continue; /* KV-shared: the donor wrote this step's K/V already */
+        for (int64_t h = 0; h < nkv; h++) {
+            if (ly->attn.k_norm) kn_rmsnorm(k + h * hd, k + h * hd, ly->attn.k_norm, hd, eps, 0.0f);
+            if (rope) kn_rope_neox(k + h * hd, rope->rot, cs);
+        }
+        /* each head's row is encoded on its own: its bytes depend on that row only */
+        const mdl_seq *sq = &s->seqs[s->tok_seq[t]];
+        int32_t pos = s->tok_pos[t];
+        kv_block_id b = sq->blocks[g][pos / bt];
+        kn_kv_fmt f = kv_pool_layer_fmt(s->kv, b, L);
+        size_t rec = kn_kv_rec_bytes(f, (int32_t)hd), off = (size_t)(pos % bt) * (size_t)nkv * rec;
+        uint8_t *kd = (uint8_t *)kv_pool_layer_k(s->kv, b, L) + off;
+        uint8_t *vd = (uint8_t *)kv_pool_layer_v(s->kv, b, L) + off;
+        for (int64_t h = 0; h < nkv; h++) {
+            kn_kv_store(f, k + h * hd, (int32_t)hd, kd + (size_t)h * rec);
+            kn_kv_store(f, v + h * hd, (int32_t)hd, vd + (size_t)h * rec);
+        }
+    }
+}
+
+/* One item = one (sequence, KV head): its query heads together, so the kernel
+ * reads each K/V row once for the whole group. */
+static void attn_items(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    mdl_step *s = ctx;
+    const mdl_layer_plan *p = s->ly->p;
+    int32_t nkv = p->n_kv_heads, group = p->n_heads / p->n_kv_heads;
+    kn_attn_args *aa = s->aa;
+    float *scratch = s->scratch + (size_t)tid * (size_t)s->attn_scratch;
+    for (int64_t i = i0; i < i1; i++) {
+        int32_t sq = (int32_t)(i / nkv), g = (int32_t)(i % nkv);
+        kn_attn_heads(&aa[sq], g * group, (g + 1) * group, scratch);
+    }
+}
+
+kiln_code mdl_attn_alloc(mdl_step *s, arena *a, kiln_err *err)
+{
+    int32_t bt = kv_pool_cfg(s->kv)->block_tokens;
+    kn_attn_args *aa = ARENA_ARRAY(a, kn_attn_args, s->n_seqs);
+    if (!aa) return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        const mdl_seq *sq = &s->seqs[i];
+        int32_t nb = (sq->pos0 + sq->n_tokens + bt - 1) / bt;
+        const void **kp = ARENA_ARRAY(a, const void *, nb);
+        const void **vp = ARENA_ARRAY(a, const void *, nb);
+        if (!kp || !vp)
+            return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
+        aa[i] = (kn_attn_args){.n_q = sq->n_tokens,
+                               .pos0 = sq->pos0,
+                               .k_blocks = kp,
+                               .v_blocks = vp,
+                               .block_tokens = bt};
+    }
+    s->aa = aa;
+    return KILN_OK;
+}
+
+/* Points each sequence's attention at the K/V layer's blocks (its group's
+ * table), this layer's geometry and its rows of q/att. */
+static void bind_layer(mdl_step *s)
+{
+    const mdl_layer_plan *p = s->ly->p;
+    int32_t L = p->kv_src, bt = kv_pool_cfg(s->kv)->block_tokens;
+    int g = kv_pool_layer_group(s->kv, L);
+    int64_t qd = (int64_t)p->n_heads * p->head_dim, row = 0;
+    kn_attn_args *aa = s->aa;
+    const kv_format *kf = kv_pool_cfg(s->kv)->fmt;
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        const mdl_seq *sq = &s->seqs[i];
+        kn_attn_args *a = &aa[i];
+        int32_t nb = (sq->pos0 + sq->n_tokens + bt - 1) / bt;
+        const void **kp = (const void **)a->k_blocks, **vp = (const void **)a->v_blocks;
+        const kv_block_id *tab = sq->blocks[g];
+        for (int32_t j = 0; j < nb; j++) { /* -1: given back, out of the group's window */
+            kp[j] = tab[j] >= 0 ? kv_pool_layer_k(s->kv, tab[j], L) : NULL;
+            vp[j] = tab[j] >= 0 ? kv_pool_layer_v(s->kv, tab[j], L) : NULL;
+        }
+        /* a block's class follows from its index: the full-precision blocks
+         * (--quantized-kv-start) are the sequence's first ones */
+        int32_t nfull = 0;
+        while (nfull < nb && kv_pool_class_of(s->kv, nfull) == KV_CLASS_FULL)
+            nfull++;
+        a->full_blocks = nfull;
+        a->fmt = kv_format_at(kf, KV_CLASS_MAIN, L);
+        a->fmt_full = kv_format_at(kf, KV_CLASS_FULL, L);
+        a->n_heads = p->n_heads;
+        a->n_kv_heads = p->n_kv_heads;
+        a->head_dim = p->head_dim;
+        a->scale = p->attn_scale;
+        a->softcap = p->attn_softcap;
+        a->window = p->window;
+        a->q = s->q + row * qd;
+        a->out = s->att + row * qd;
+        row += sq->n_tokens;
+    }
+}
+
+void mdl_attn_forward(mdl_step *s)
+{
+    kn_pool *pool = s->pool;
+    const mdl_attn *at = &s->ly->attn;
+    const mdl_layer_plan *p = s->ly->p;
+    int64_t T = s->T, H = s->m->plan.hidden;
+    int64_t qd = (int64_t)p->n_heads * p->head_dim, kd = (int64_t)p->n_kv_heads * p->head_dim;
+    kn_matmul(pool, &at->wq, s->h, T, s->q);
+    mdl_add_bias_rows(s->q, at->bq, T, qd);
+    if (p->kv_src == s->layer) {
+        kn_matmul(pool, &at->wk, s->h, T, s->k);
+        kn_matmul(pool, &at->wv, s->h, T, s->v);
+        mdl_add_bias_rows(s->k, at->bk, T, kd);
+        mdl_add_bias_rows(s->v, at->bv, T, kd);
+    }
+    kn_pool_for(pool, T, s->grain, qkv_rows, s);
+    bind_layer(s);
+    kn_pool_for(pool, (int64_t)s->n_seqs * p->n_kv_heads, 1, attn_items, s);
+    kn_matmul(pool, &at->wo, s->att, T, s->h);
+    mdl_add_bias_rows(s->h, at->bo, T, H);
+}
+
+kiln_code mdl_attn_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err)
+{
+    mdl_attn *a = &m->layers[L].attn;
+    const mdl_layer_plan *p = &m->plan.layer[L];
+    int64_t H = m->plan.hidden, qd = (int64_t)p->n_heads * p->head_dim,
+            kd = (int64_t)p->n_kv_heads * p->head_dim;
+    char n[320];
+    kiln_code rc;
+#define MAT(field, sub, r, c)                                                                      \
+    snprintf(n, sizeof n, "%s.%s", prefix, sub);                                                   \
+    if ((rc = mdl_load_mat(m, n, r, c, &a->field, err))) return rc
+#define VEC(field, sub, len, opt)                                                                  \
+    snprintf(n, sizeof n, "%s.%s", prefix, sub);                                                   \
+    if ((rc = mdl_load_vec(m, n, len, opt, 0.0f, &a->field, err))) return rc
+    MAT(wq, "q_proj", qd, H);
+    MAT(wk, "k_proj", kd, H);
+    MAT(wv, "v_proj", kd, H);
+    MAT(wo, "o_proj", H, qd);
+    VEC(bq, "q_proj.bias", qd, !p->q_bias);
+    VEC(bk, "k_proj.bias", kd, !p->k_bias);
+    VEC(bv, "v_proj.bias", kd, !p->v_bias);
+    VEC(bo, "o_proj.bias", H, 1); /* Qwen2 has q/k/v biases only: o's when present */
+    if (p->qk_norm) {
+        snprintf(n, sizeof n, "%s.q_norm.weight", prefix);
+        if ((rc = mdl_load_vec(m, n, p->head_dim, 0, m->plan.norm_add, &a->q_norm, err))) return rc;
+        snprintf(n, sizeof n, "%s.k_norm.weight", prefix);
+        if ((rc = mdl_load_vec(m, n, p->head_dim, 0, m->plan.norm_add, &a->k_norm, err))) return rc;
+    }
+#undef MAT
+#undef VEC
+    return KILN_OK;
+}
+
+void mdl_attn_free(mdl_attn *a)
+{
+    float *vs[] = {a->q_norm, a->k_norm, a->bq, a->bk, a->bv, a->bo};
+    for (size_t i = 0; i < sizeof vs / sizeof *vs; i++)
+        free(vs[i]);
+}

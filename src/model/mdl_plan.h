@@ -1,0 +1,102 @@
+/*
+ * mdl_plan.h — what every layer of a model is, from config.json alone: its
+ * mixer (softmax attention, or a recurrent mixer), its attention geometry
+ * (heads, head_dim, window, the layer whose K/V it reads, its RoPE), and its
+ * feed-forward kind. A model family is a rule that turns a config into a plan;
+ * the loader (mdl_load.c) then finds tensors for each layer's kinds and the
+ * step (mdl_forward.c) runs each layer through its kinds' functions.
+ *
+ *   mdl_plan p;  mdl_plan_build(&cfg, &p, &err);
+ *   for (int32_t L = 0; L < p.n_layers; L++)
+ *       if (mdl_plan_stores_kv(&p, L)) bytes += 2 * p.layer[L].n_kv_heads * p.layer[L].head_dim *
+ * 4; mdl_plan_free(&p);
+ *
+ * The plan is what `kiln fit`, the KV pool's shape and the step scratch are
+ * sized from, before any weight is mapped, so all three agree with the model
+ * that loads.
+ * Errors: KILN_E_INVALID for a config whose layer rules contradict each other,
+ * KILN_E_UNSUPPORTED for kinds kiln does not run.
+ */
+#ifndef KILN_MDL_PLAN_H
+#define KILN_MDL_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/kv_layout.h"
+#include "util/kiln_err.h"
+#include "weights/wt_config.h"
+
+#define MDL_MAX_ROPES 4
+
+typedef enum {
+    MDL_MIX_ATTN = 0, /* softmax attention over the paged KV cache */
+} mdl_mixer_kind;
+
+typedef enum {
+    MDL_FFN_DENSE = 0, /* down(act(gate(x)) * up(x)) */
+} mdl_ffn_kind;
+
+typedef enum { MDL_ACT_SILU = 0, MDL_ACT_GELU_TANH } mdl_act;
+
+/* One rotary embedding (layers of different kinds may use different ones). */
+typedef struct {
+    int32_t head_dim; /* of the heads it rotates */
+    int32_t rot;      /* rotated dims: pairs (i, i + rot/2) for i < rot/2 */
+    double theta;     /* rope_theta */
+    wt_rope scaling;  /* type, factor, ... (WT_ROPE_NONE = plain) */
+    int64_t max_pos;  /* max_position_embeddings (yarn / dynamic fall back to it) */
+} mdl_rope_spec;
+
+typedef struct {
+    mdl_mixer_kind mixer;
+    /* attention */
+    int32_t n_heads, n_kv_heads, head_dim;
+    int32_t window;     /* 0: full attention; W: a query at p sees p-W+1 .. p */
+    int32_t kv_src;     /* the layer whose K/V this layer reads: itself, or a donor
+                           (KV-shared layers compute and store none) */
+    int32_t rope;       /* index into mdl_plan.rope; -1 = no RoPE */
+    float attn_scale;   /* score multiplier (head_dim^-0.5 unless the family says) */
+    float attn_softcap; /* 0 = none; scores = c * tanh(scores / c) */
+    bool qk_norm;       /* per-head RMSNorm of q and k with weights */
+    bool q_bias, k_bias, v_bias, o_bias;
+    /* feed-forward */
+    mdl_ffn_kind ffn;
+    int64_t ffn_dim; /* intermediate width of this layer */
+    mdl_act act;
+    bool mlp_bias;
+} mdl_layer_plan;
+
+typedef struct {
+    int32_t n_layers;
+    mdl_layer_plan *layer; /* OWNED [n_layers]; freed by mdl_plan_free */
+    int32_t n_ropes;
+    mdl_rope_spec rope[MDL_MAX_ROPES];
+    int64_t hidden, vocab;
+    float embed_scale;   /* embeddings are multiplied by it (Gemma: sqrt(hidden)) */
+    float logit_softcap; /* 0 = none; logits = c * tanh(logits / c) */
+    float norm_add;      /* added to stored RMSNorm weights at load (1 for `1 + w` norms) */
+    /* maxima over layers (scratch sizing) */
+    int64_t max_q, max_kv, max_ffn; /* floats per token: n_heads*head_dim, n_kv*head_dim, ffn */
+    int32_t max_heads, max_kv_heads, max_head_dim;
+    int64_t rope_floats; /* Σ over ropes of rot: cos/sin floats per token */
+} mdl_plan;
+
+/* API */
+/* The plan of cfg's family. *p is filled (its layer array OWNED: mdl_plan_free). */
+kiln_code mdl_plan_build(const wt_config *cfg, mdl_plan *p, kiln_err *err);
+void mdl_plan_free(mdl_plan *p);
+/* The KV layout the plan needs (kv_layout.h): the layers that store K/V, each
+ * in its geometry, in groups by window: group 0 the full-attention layers (if
+ * any), then one group per distinct window. keep_all: every window 0 (the
+ * sequence keeps every block; tests compare against it). KILN_E_UNSUPPORTED
+ * past KV_FMT_MAX_LAYERS layers or KV_MAX_GROUPS windows. */
+kiln_code mdl_kv_layout(const mdl_plan *p, int keep_all, kv_layout *out, kiln_err *err);
+/* 1 when layer L writes K/V of its own into the cache (an attention layer that
+ * is its own kv_src). */
+static inline int mdl_plan_stores_kv(const mdl_plan *p, int32_t L)
+{
+    return p->layer[L].mixer == MDL_MIX_ATTN && p->layer[L].kv_src == L;
+}
+
+#endif
