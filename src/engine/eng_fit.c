@@ -207,7 +207,8 @@ eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts 
     }
     /* recurrent state: a working state and a latest snapshot per sequence, and a
      * snapshot cache of a quarter of the default KV pool's bytes, at least 64
-     * MiB (8..4096 states); the cadence from the state's size (eng_fit_state_every) */
+     * states or 64 MiB, whichever is less (8..4096 states); the cadence from
+     * the state's size (eng_fit_state_every) */
     uint64_t sb = kv_layout_state_bytes(&l);
     if (sb == 0) {
         o.state_blocks = 0;
@@ -219,8 +220,8 @@ eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts 
             kv_layout_bytes_per_token(&l, &f, -1, KV_CLASS_MAIN) * (uint64_t)o.block_tokens;
         if (o.state_blocks <= 0) {
             uint64_t pool = kvb * (uint64_t)per_seq_all(&l, &o) * (uint64_t)o.max_seqs / 4;
-            if (pool < ((uint64_t)64 << 20)) pool = (uint64_t)64 << 20;
-            uint64_t cache = pool / sb;
+            uint64_t floor = 64 * sb < ((uint64_t)64 << 20) ? 64 * sb : (uint64_t)64 << 20;
+            uint64_t cache = (pool > floor ? pool : floor) / sb;
             cache = cache < 8 ? 8 : cache > 4096 ? 4096 : cache;
             o.state_blocks = 2 * o.max_seqs + (int32_t)cache;
         }

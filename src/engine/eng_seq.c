@@ -403,19 +403,27 @@ static void drop_old(eng_seq *s, kv_pool *kv)
     }
 }
 
+/* 1 when boundary j is on the snapshot cadence: inside the prompt (generated
+ * tokens are covered by the latest snapshot, published when the sequence
+ * ends: the next turn of a chat resumes there) and every state_every-th. */
+static int on_cadence(const eng_seq *s, const kv_pool *kv, uint64_t ns, int32_t j)
+{
+    int32_t every = kv_pool_cfg(kv)->state_every;
+    return ns && every > 0 && j % every == 0 && j * kv_pool_cfg(kv)->block_tokens <= s->n_prompt;
+}
+
 /* Snapshot boundaries due in a step that runs positions [p0, p1) of s: block
  * boundaries j (the state after j*bt tokens), p0 < j*bt <= p1, that are on
- * the cadence (prefix cache on), the branch boundary attach found, or the
- * last one (the sequence's new latest snapshot). Fills pos[], ascending;
- * returns how many (at most (p1 - p0) / bt + 1). */
+ * the cadence, the branch boundary attach found, or the last one (the
+ * sequence's new latest snapshot). Fills pos[], ascending; returns how many
+ * (at most (p1 - p0) / bt + 1). */
 static int32_t snaps_due(const eng_seq *s, const kv_pool *kv, uint64_t ns, int32_t p0, int32_t p1,
                          int32_t *pos)
 {
-    int32_t bt = kv_pool_cfg(kv)->block_tokens, every = kv_pool_cfg(kv)->state_every, n = 0;
+    int32_t bt = kv_pool_cfg(kv)->block_tokens, n = 0;
     int32_t last = p1 / bt;
     for (int32_t j = p0 / bt + 1; j <= last; j++)
-        if (j == last || j == s->branch_block || (ns && every > 0 && j % every == 0))
-            pos[n++] = j * bt;
+        if (j == last || j == s->branch_block || on_cadence(s, kv, ns, j)) pos[n++] = j * bt;
     return n;
 }
 
@@ -427,12 +435,11 @@ static int32_t snaps_due(const eng_seq *s, const kv_pool *kv, uint64_t ns, int32
 static void snaps_done(eng_seq *s, kv_pool *kv, uint64_t ns, const int32_t *pos,
                        const kv_block_id *b, int32_t n)
 {
-    int32_t bt = kv_pool_cfg(kv)->block_tokens, every = kv_pool_cfg(kv)->state_every;
+    int32_t bt = kv_pool_cfg(kv)->block_tokens;
     for (int32_t k = 0; k < n; k++) {
         int32_t j = pos[k] / bt;
         uint64_t h = ns && j <= s->n_published ? s->hashes[j - 1] : 0;
-        if (h && ((every > 0 && j % every == 0) || j == s->branch_block))
-            kv_pool_publish(kv, b[k], h);
+        if (h && (on_cadence(s, kv, ns, j) || j == s->branch_block)) kv_pool_publish(kv, b[k], h);
         if (j == s->branch_block) s->branch_block = 0;
         if (k < n - 1) {
             kv_pool_release(kv, b[k]);

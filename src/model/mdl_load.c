@@ -137,7 +137,7 @@ size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
         if (o < n) o += (size_t)snprintf(buf + o, n - o, __VA_ARGS__);                             \
     } while (0)
     mat_desc(&m->embed, d, sizeof d);
-    EMIT("  %-18s %s\n", "embed_tokens", d);
+    EMIT("  %-24s %s\n", "embed_tokens", d);
     for (int g = 0; g < N_MAT_GROUPS; g++) {
         int64_t first = -1, differ = 0, have = 0;
         for (int64_t L = 0; L < m->cfg.n_layers; L++) {
@@ -154,20 +154,20 @@ size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
         }
         if (first < 0) continue; /* no layer of this kind */
         if (differ)
-            EMIT("  %-18s %s in layer %lld; %lld of %lld layers differ\n", names[g], d,
+            EMIT("  %-24s %s in layer %lld; %lld of %lld layers differ\n", names[g], d,
                  (long long)first, (long long)differ, (long long)have);
         else if (have < m->cfg.n_layers)
-            EMIT("  %-18s %s (%lld layers)\n", names[g], d, (long long)have);
+            EMIT("  %-24s %s (%lld layers)\n", names[g], d, (long long)have);
         else
-            EMIT("  %-18s %s\n", names[g], d);
+            EMIT("  %-24s %s\n", names[g], d);
     }
     if (m->cfg.tie_word_embeddings)
-        EMIT("  %-18s tied to embed_tokens\n", "lm_head");
+        EMIT("  %-24s tied to embed_tokens\n", "lm_head");
     else {
         mat_desc(&m->lm_head, d, sizeof d);
-        EMIT("  %-18s %s\n", "lm_head", d);
+        EMIT("  %-24s %s\n", "lm_head", d);
     }
-    EMIT("  %-18s f32 (converted at load)\n", "norms, biases");
+    EMIT("  %-24s f32 (converted at load)\n", "norms, biases");
 #undef EMIT
     if (o >= n && n > 0) o = n - 1;
     return o;
@@ -189,10 +189,19 @@ static void describe(mdl_model *m)
             if (!e) e = w;
         }
     if (!e) e = &m->embed;
-    for (int32_t L = 0; L < m->plan.n_layers; L++)
-        if (mdl_plan_stores_kv(&m->plan, L))
+    for (int32_t L = 0; L < m->plan.n_layers; L++) {
+        if (mdl_plan_stores_kv(&m->plan, L)) {
             in->kv_bytes_per_token +=
                 2 * (uint64_t)m->plan.layer[L].n_kv_heads * (uint64_t)m->plan.layer[L].head_dim * 4;
+            in->kv_layers++;
+        }
+        int64_t sf = mdl_plan_state_floats(&m->plan.layer[L]);
+        in->state_bytes += (uint64_t)sf * 4;
+        in->state_layers += sf > 0;
+    }
+    if (c->arch == WT_ARCH_QWEN3_5)
+        snprintf(in->layout, sizeof in->layout, "%s",
+                 m->plan.norm_add != 0 ? "HF (norms stored as w - 1)" : "mlx-lm (norms as stored)");
     static const char *const fn[] = {"f32", "f16", "bf16", "affine"};
     if (e->fmt == KN_QAFFINE)
         snprintf(in->quant_desc, sizeof in->quant_desc, "MLX affine %d-bit g%d (%s scales)",

@@ -56,6 +56,9 @@ typedef struct {
     uint64_t weights_bytes;      /* tensors used, as stored (mapped) */
     uint64_t n_params;           /* logical parameter count */
     uint64_t kv_bytes_per_token; /* f32 K+V over the layers that store K/V */
+    uint64_t state_bytes;        /* f32 recurrent state of one sequence (hybrid models) */
+    int32_t kv_layers, state_layers; /* layers that store K/V; recurrent layers */
+    char layout[48];                 /* hybrid checkpoints: "HF (1+w norms)" or "mlx-lm"; else "" */
     char quant_desc[128];        /* e.g. "affine 4-bit g64 (bf16 scales)" or "bf16" */
 } mdl_info;
 
