@@ -49,6 +49,9 @@ typedef struct {
     int n_groups;                       /* the pool's groups (set at the first reserve/attach) */
     uint64_t *hashes;                   /* OWNED [cap_blocks]: hash chain of full blocks */
     int32_t n_published;                /* blocks [0, n_published) are full and hashed */
+    int32_t n_draft; /* the last n_draft tokens are speculative drafts being verified
+                        (eng_spec.h): blocks holding them are not published, a window
+                        keeps what the first of them reads, RoPE scales for the rest */
 } eng_seq;
 
 typedef struct {
@@ -88,6 +91,11 @@ void eng_seq_drop_kv(eng_seq *s, kv_pool *kv);
  * back that the new end reads again are taken back from the prefix cache (or
  * the tier); when one is gone, all K/V is forgotten and recomputed. */
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n);
+
+/* Publishes the full blocks within positions [0, min(upto, n_cached)) not yet
+ * published (eng_step_run does it up to the first draft; a verified draft's
+ * block is published as the token is emitted). ns 0: nothing. */
+void eng_seq_publish(eng_seq *s, kv_pool *kv, uint64_t ns, int32_t upto);
 
 /* Blocks the sequence holds now in every group (not counting dropped entries). */
 static inline int32_t eng_seq_blocks_held(const eng_seq *s)
