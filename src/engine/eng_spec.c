@@ -30,16 +30,21 @@ kiln_code eng_spec_opts_validate(const eng_spec_opts *o, kiln_err *err)
 const char *eng_spec_method_name(eng_spec_method m)
 {
     switch (m) {
-    case ENG_SPEC_OFF: return "off";
-    case ENG_SPEC_NGRAM: return "ngram";
-    default: return "default";
+    case ENG_SPEC_OFF:
+        return "off";
+    case ENG_SPEC_NGRAM:
+        return "ngram";
+    default:
+        return "default";
     }
 }
 
 kiln_code eng_spec_method_parse(const char *s, eng_spec_method *out, kiln_err *err)
 {
-    if (strcmp(s, "off") == 0 || strcmp(s, "none") == 0) *out = ENG_SPEC_OFF;
-    else if (strcmp(s, "ngram") == 0 || strcmp(s, "prompt_lookup") == 0) *out = ENG_SPEC_NGRAM;
+    if (strcmp(s, "off") == 0 || strcmp(s, "none") == 0)
+        *out = ENG_SPEC_OFF;
+    else if (strcmp(s, "ngram") == 0 || strcmp(s, "prompt_lookup") == 0)
+        *out = ENG_SPEC_NGRAM;
     else
         return kiln_fail(err, KILN_E_INVALID,
                          "unknown speculative method \"%.40s\" (off or ngram; draft models are "
@@ -123,8 +128,10 @@ double eng_spec_cost_at(const eng_spec_cost *c, int32_t T, double s_per_token)
     double extra = (double)over * (s_per_token > 0 ? s_per_token : 0);
     if (c->seen[T]) return c->t[T] + extra;
     int32_t lo = T - 1, hi = T + 1;
-    while (lo >= 1 && !c->seen[lo]) lo--;
-    while (hi <= ENG_SPEC_COST_MAX && !c->seen[hi]) hi++;
+    while (lo >= 1 && !c->seen[lo])
+        lo--;
+    while (hi <= ENG_SPEC_COST_MAX && !c->seen[hi])
+        hi++;
     if (lo >= 1 && hi <= ENG_SPEC_COST_MAX)
         return c->t[lo] + (c->t[hi] - c->t[lo]) * (double)(T - lo) / (double)(hi - lo) + extra;
     if (lo >= 1) return c->t[lo] + (double)(T - lo) * (s_per_token > 0 ? s_per_token : 0) + extra;

@@ -22,7 +22,7 @@
 
 #include "util/kiln_err.h"
 
-#define ENG_SPEC_MAX_DRAFT 16 /* draft tokens one row may verify per step */
+#define ENG_SPEC_MAX_DRAFT 16  /* draft tokens one row may verify per step */
 #define ENG_SPEC_COST_MAX 1024 /* step sizes the cost model tracks one by one */
 
 typedef enum {
@@ -55,14 +55,14 @@ typedef struct {
 
 /* Counters (eng_stats.spec). */
 typedef struct {
-    uint64_t steps;       /* steps where some row verified drafts */
-    uint64_t rows;        /* row verifications (a row with >= 1 draft token in a step) */
-    uint64_t drafted;     /* draft tokens verified */
-    uint64_t accepted;    /* draft tokens accepted (equal to the target's own sample) */
-    uint64_t emitted;     /* tokens emitted by verifying rows (accepted + one per row) */
+    uint64_t steps;        /* steps where some row verified drafts */
+    uint64_t rows;         /* row verifications (a row with >= 1 draft token in a step) */
+    uint64_t drafted;      /* draft tokens verified */
+    uint64_t accepted;     /* draft tokens accepted (equal to the target's own sample) */
+    uint64_t emitted;      /* tokens emitted by verifying rows (accepted + one per row) */
     uint64_t skipped_cost; /* rows that had a draft the cost rule declined */
-    double draft_s;       /* time proposing drafts */
-    double verify_s;      /* time sampling / comparing verified rows */
+    double draft_s;        /* time proposing drafts */
+    double verify_s;       /* time sampling / comparing verified rows */
 } eng_spec_stats;
 
 /* API */

@@ -62,7 +62,8 @@ static void test_row_length_adapts_to_acceptance(void)
     eng_spec_row_update(&r, 6, 3, 0);
     ASSERT_EQ_I64(r.k, 1);
     ASSERT_TRUE(r.rate < before);
-    for (int i = 0; i < 30; i++) eng_spec_row_update(&r, 6, 1, 0);
+    for (int i = 0; i < 30; i++)
+        eng_spec_row_update(&r, 6, 1, 0);
     ASSERT_TRUE(r.rate < 0.01);
     double low = r.rate;
     eng_spec_row_skipped(&r); /* declined rows drift back toward a retry */
@@ -79,7 +80,7 @@ static void test_cost_rule_drafts_when_bandwidth_bound_only(void)
     eng_spec_cost_add(&c, 1, 0.010);
     eng_spec_cost_add(&c, 8, 0.011);
     ASSERT_NEAR_F32(eng_spec_cost_at(&c, 4, 0), 0.010 + 0.001 * 3 / 7, 1e-6);
-    ASSERT_TRUE(eng_spec_pays(&c, 0, 1, 1, 4, 0.5));  /* half a token for 10% more time */
+    ASSERT_TRUE(eng_spec_pays(&c, 0, 1, 1, 4, 0.5));   /* half a token for 10% more time */
     ASSERT_TRUE(!eng_spec_pays(&c, 0, 1, 1, 4, 0.05)); /* 5% more tokens for 10%: no */
     /* compute-bound: 8 rows decoding at 64 tokens' cost growing linearly */
     eng_spec_cost_add(&c, 64, 0.064);
@@ -225,11 +226,13 @@ static void run_all(eng_engine *e, eng_params *ps, int n, int together, collecte
 static void check_identity(eng_engine *e, eng_params *ps, int n, uint64_t *accepted)
 {
     collected ref[16], alone[16], together[16];
-    for (int i = 0; i < n; i++) ps[i].spec = ENG_SPEC_OFF;
+    for (int i = 0; i < n; i++)
+        ps[i].spec = ENG_SPEC_OFF;
     run_all(e, ps, n, 0, ref);
     eng_stats before = eng_get_stats(e);
     ASSERT_EQ_U64(before.spec.drafted, 0);
-    for (int i = 0; i < n; i++) ps[i].spec = ENG_SPEC_NGRAM;
+    for (int i = 0; i < n; i++)
+        ps[i].spec = ENG_SPEC_NGRAM;
     run_all(e, ps, n, 0, alone);
     run_all(e, ps, n, 1, together);
     int32_t acc = 0, rej = 0;
@@ -276,8 +279,10 @@ static void quoting_prompt(eng_engine *e, int32_t *p, int32_t cap, int32_t *out_
     run_all(e, &q, 1, 0, &c);
     int32_t n = 0;
     for (int r = 0; r < 2; r++) {
-        for (int32_t i = 0; i < 6 && n < cap; i++) p[n++] = seed_prompt[i];
-        for (int32_t i = 0; i < c.n_toks && n < cap && (r == 0 || i < 8); i++) p[n++] = c.toks[i];
+        for (int32_t i = 0; i < 6 && n < cap; i++)
+            p[n++] = seed_prompt[i];
+        for (int32_t i = 0; i < c.n_toks && n < cap && (r == 0 || i < 8); i++)
+            p[n++] = c.toks[i];
     }
     *out_n = n;
 }
@@ -293,8 +298,8 @@ static void mixed_params(eng_params *ps, const int32_t *prompt, int32_t n, const
         ps[i].want_logprobs = true;
         ps[i].sp.seed = 100 + (uint64_t)i;
     }
-    ps[0].ignore_eos = true;                   /* greedy, to the length */
-    ps[1].sp.temperature = 0.3f;               /* low temperature: mostly the quote */
+    ps[0].ignore_eos = true;     /* greedy, to the length */
+    ps[1].sp.temperature = 0.3f; /* low temperature: mostly the quote */
     ps[2].sp.temperature = 0.8f;
     ps[2].sp.top_p = 0.9f;
     ps[3].sp.temperature = 0.7f;
@@ -302,14 +307,14 @@ static void mixed_params(eng_params *ps, const int32_t *prompt, int32_t n, const
     ps[3].sp.repetition_penalty = 1.2f;
     ps[4].sp.temperature = 1.2f;
     ps[4].sp.min_p = 0.1f;
-    ps[5].sp.presence_penalty = 0.4f;          /* greedy with penalties */
+    ps[5].sp.presence_penalty = 0.4f; /* greedy with penalties */
     ps[5].sp.frequency_penalty = 0.3f;
     ps[5].sp.top_logprobs = 3;
-    ps[6].sp.logit_bias = bias;                /* greedy, biased, cut by a stop string */
+    ps[6].sp.logit_bias = bias; /* greedy, biased, cut by a stop string */
     ps[6].sp.n_bias = 1;
     ps[6].stop[0] = stop;
     ps[6].n_stop = 1;
-    ps[7].max_tokens = 7;                      /* max_tokens inside a drafted run */
+    ps[7].max_tokens = 7; /* max_tokens inside a drafted run */
     ps[7].ignore_eos = true;
 }
 
@@ -385,7 +390,7 @@ static void test_cancel_during_speculation_frees_everything(void)
     ASSERT_TRUE(e != NULL);
     int32_t prompt[200];
     int32_t n = 0;
-        quoting_prompt(e, prompt, 200, &n);
+    quoting_prompt(e, prompt, 200, &n);
     kiln_err err;
     eng_params p = eng_params_default();
     p.prompt = prompt;
@@ -422,7 +427,7 @@ static void test_per_request_method_and_validation(void)
     ASSERT_TRUE(e != NULL);
     int32_t prompt[200];
     int32_t n = 0;
-        quoting_prompt(e, prompt, 200, &n);
+    quoting_prompt(e, prompt, 200, &n);
     eng_params p = eng_params_default();
     p.prompt = prompt;
     p.n_prompt = n;
@@ -477,7 +482,8 @@ static void test_identity_sliding_window(void)
         eng_engine *e = start(dirs[k], 8, ENG_SPEC_OFF, 0);
         ASSERT_TRUE(e != NULL);
         int32_t prompt[40];
-        for (int32_t i = 0; i < 40; i++) prompt[i] = 3 + (i * 37) % 11; /* a repeating pattern */
+        for (int32_t i = 0; i < 40; i++)
+            prompt[i] = 3 + (i * 37) % 11; /* a repeating pattern */
         eng_bias bias = {7, -1.0f};
         eng_params ps[8];
         mixed_params(ps, prompt, 40, "zz-never", &bias);
