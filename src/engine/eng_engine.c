@@ -660,14 +660,13 @@ static int32_t blocks_for(const eng_engine *e, int32_t tokens)
 
 static int ckpt_resume(eng_engine *e, eng_handle *h);
 
-/* At first admission: whether and how far this request drafts. Constrained
- * rows do not draft yet (a draft would need the grammar's mask at each of its
- * positions); embeddings never sample. */
+/* At first admission: whether and how far this request drafts (embeddings
+ * never sample). Constrained rows draft what their grammar allows. */
 static void spec_setup(eng_engine *e, eng_handle *h)
 {
     eng_spec_method m = h->p.spec == ENG_SPEC_DEFAULT ? e->o.spec.method : h->p.spec;
     h->spec_max = 0;
-    if (m != ENG_SPEC_NGRAM || h->p.grammar || h->p.pooling) return;
+    if (m != ENG_SPEC_NGRAM || h->p.pooling) return;
     h->spec_max = h->p.spec_max_draft > 0 ? h->p.spec_max_draft : e->o.spec.max_draft;
     eng_spec_row_init(&h->spec, &e->o.spec, h->spec_max);
 }
@@ -849,7 +848,7 @@ static void spec_plan(eng_engine *e, int32_t n)
     for (int32_t k = 0; k < n; k++) {
         eng_handle *h = e->owners[k];
         eng_seq *s = h->seq;
-        if (!h->spec_max || h->gs || e->items[k].max_tokens != 1 || eng_seq_pending(s) != 1) continue;
+        if (!h->spec_max || e->items[k].max_tokens != 1 || eng_seq_pending(s) != 1) continue;
         int32_t n0 = s->n_tokens;
         int32_t kmax = e->o.spec.adaptive ? h->spec.k : h->spec_max;
         int32_t lim[] = {h->p.max_tokens - h->n_generated - 1, e->rt->o.ctx - n0 - 1,
@@ -863,6 +862,8 @@ static void spec_plan(eng_engine *e, int32_t n)
         if (!t0) t0 = plat_now();
         int32_t d = eng_spec_ngram_draft(s->tokens, n0, e->o.spec.ngram_min, e->o.spec.ngram_max,
                                          kmax, buf);
+        /* draft tokens checked against the grammar: only what it allows is verified */
+        if (d > 0 && h->gs) d = eng_gstate_draft_prefix(h->gs, buf, d, h->ends, h->n_ends);
         if (d < 1) continue;
         if (e->o.spec.adaptive &&
             !eng_spec_pays(&e->spec_cost, e->s_per_token, T, work, d, h->spec.rate * d)) {
@@ -901,16 +902,31 @@ static int spec_verify(eng_engine *e, eng_handle *h, float *lg)
     double t0 = plat_now();
     eng_seq *s = h->seq;
     int64_t vocab = mdl_vocab(e->rt->model);
-    int32_t d = h->spec.pending, n0 = s->n_tokens - d, m = 0;
+    int32_t d = h->spec.pending, n0 = s->n_tokens - d, m = 0, gend = 0;
     int32_t out[ENG_SPEC_MAX_DRAFT + 1];
     eng_sample_out so[ENG_SPEC_MAX_DRAFT + 1];
+    kiln_err gerr;
     for (int32_t j = 0; j <= d; j++) {
+        float *row = lg + (size_t)j * (size_t)vocab;
         eng_rng_at(&h->rng, n0 + j);
-        out[j] = eng_sample_row(&h->p.sp, lg + (size_t)j * (size_t)vocab, vocab, s->tokens, n0 + j,
-                                &h->rng, e->rt->sample_scratch, &so[j]);
+        if (!h->gs) {
+            out[j] = eng_sample_row(&h->p.sp, row, vocab, s->tokens, n0 + j, &h->rng,
+                                    e->rt->sample_scratch, &so[j]);
+        } else { /* under the mask of the state after the accepted drafts (pushed) */
+            int32_t left = h->p.max_tokens - (h->n_generated + j), room = e->rt->o.ctx - (n0 + j);
+            out[j] = eng_gstate_sample(h->gs, &h->p.sp, row, vocab, s->tokens, n0 + j, h->ends,
+                                       h->n_ends, left < room ? left : room, &h->rng,
+                                       e->rt->sample_scratch, &so[j], &gerr);
+            if (out[j] < 0) { /* plain decoding ends here too, after the accepted drafts */
+                gend = out[j];
+                break;
+            }
+        }
         if (j == d || out[j] != s->tokens[n0 + j]) break;
+        if (h->gs && eng_gstate_push(h->gs, out[j], &gerr) != KILN_OK) break;
         m++;
     }
+    eng_gstate_unwind(h->gs);
     h->spec.pending = 0;
     s->n_draft = 0;
     eng_seq_truncate(s, e->rt->kv, n0 + m); /* the rejected drafts' K/V and blocks go */
@@ -921,14 +937,19 @@ static int spec_verify(eng_engine *e, eng_handle *h, float *lg)
     st->rows++;
     st->drafted += (uint64_t)d;
     st->accepted += (uint64_t)m;
-    st->emitted += (uint64_t)m + 1;
+    st->emitted += (uint64_t)m + (gend ? 0 : 1);
     st->verify_s += plat_now() - t0;
-    for (int32_t j = 0; j <= m; j++) {
+    for (int32_t j = 0; j < m + (gend ? 0 : 1); j++) {
         if (j < m) h->spec_accepted++;
         /* what plain decoding has published when it samples out[j]: so a stop
          * inside the accepted run leaves the cache as plain decoding does */
         eng_seq_publish(s, e->rt->kv, e->ns, n0 + j);
         if (req_token(e, h, out[j], &so[j])) return 1;
+    }
+    if (gend) { /* -2: a sentence nothing may end (ignore_eos): complete; -1: an error */
+        eng_seq_publish(s, e->rt->kv, e->ns, n0 + m);
+        req_finish(e, h, gend == -2 ? ENG_FINISH_STOP : ENG_FINISH_ERROR, NULL, &gerr);
+        return 1;
     }
     return 0;
 }

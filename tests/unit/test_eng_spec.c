@@ -11,6 +11,7 @@
  */
 #include "engine/eng_engine.h"
 #include "engine/eng_spec.h"
+#include "grammar/gr.h"
 #include "test_model.h"
 #include "tokenizer/tok.h"
 
@@ -223,6 +224,8 @@ static void run_all(eng_engine *e, eng_params *ps, int n, int together, collecte
 /* Runs the requests alone without drafting (the reference), alone with
  * n-gram drafting, and all together with it; every output must be the
  * reference's. *accepted: the draft tokens accepted. */
+static int32_t row_accepted[16]; /* check_identity: accepted drafts per request (alone) */
+
 static void check_identity(eng_engine *e, eng_params *ps, int n, uint64_t *accepted)
 {
     collected ref[16], alone[16], together[16];
@@ -245,6 +248,10 @@ static void check_identity(eng_engine *e, eng_params *ps, int n, uint64_t *accep
         ASSERT_TRUE(same(&ref[i], &together[i]));
         ASSERT_EQ_I64(ref[i].accepted + ref[i].rejected, 0);
         acc += alone[i].accepted + together[i].accepted;
+        row_accepted[i] = alone[i].accepted;
+        if (getenv("SPEC_DEBUG"))
+            fprintf(stderr, "  row %d: %d toks acc %d rej %d: %.60s\n", i, alone[i].n_toks,
+                    alone[i].accepted, alone[i].rejected, alone[i].text);
         rej += alone[i].rejected + together[i].rejected;
     }
     eng_stats st = eng_get_stats(e);
@@ -449,6 +456,53 @@ static void test_per_request_method_and_validation(void)
     stop_all(e);
 }
 
+/* Constrained rows draft what their grammar allows and verify each position
+ * under its own mask: a GBNF whose sentences repeat (so n-gram drafts get
+ * accepted) and a JSON schema, greedy and sampled, alone and beside free
+ * rows, equal drafting off; the drafts really were checked and accepted. */
+static void test_identity_with_grammars(void)
+{
+    if (skip_if_absent()) TEST_SKIP("stories260K absent");
+    eng_engine *e = start(dir, 8, ENG_SPEC_OFF, 0);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    gr_options go = gr_options_default();
+    const char *gbnf = "root ::= s \", \" s \", \" s \", \" s \", \" s (\".\" | \"!\")\n"
+                       "s ::= \"the cat sat on the \" (\"mat\" | \"red hat\")";
+    gr_grammar *g1 = NULL, *g2 = NULL;
+    ASSERT_OK(gr_compile_gbnf(gbnf, strlen(gbnf), &go, &g1, &err));
+    json_t *sch = json_loads("{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\","
+                             "\"blue\"]},\"minItems\":1,\"maxItems\":12}",
+                             0, NULL);
+    go.json_ws_max = 2;
+    ASSERT_OK(gr_compile_json_schema(sch, &go, &g2, &err));
+    json_decref(sch);
+    int32_t prompt[200];
+    int32_t n = 0;
+    quoting_prompt(e, prompt, 200, &n);
+    eng_bias bias = {5, 0.5f};
+    eng_params ps[8];
+    mixed_params(ps, prompt, n, "zz-never", &bias);
+    for (int i = 0; i < 7; i++) {
+        ps[i].max_tokens = 80;
+        ps[i].ignore_eos = false;
+    }
+    ps[0].grammar = g1; /* greedy */
+    ps[1].grammar = g1; /* temperature 0.3 */
+    ps[2].grammar = g2; /* 0.8, top_p */
+    ps[3].grammar = g2; /* 0.7, top_k, penalty */
+    ps[5].grammar = g1; /* greedy, penalties */
+    ps[7].grammar = g1; /* max_tokens 7 inside a drafted run */
+    uint64_t acc = 0;
+    check_identity(e, ps, 8, &acc);
+    ASSERT_TRUE(acc > 10);
+    ASSERT_TRUE(row_accepted[0] > 5); /* the repeating sentence: drafts checked and accepted */
+    ASSERT_TRUE(row_accepted[2] + row_accepted[3] > 0);
+    gr_grammar_release(g1);
+    gr_grammar_release(g2);
+    stop_all(e);
+}
+
 /* ---------------------------------------------------------------- sliding windows */
 
 static int make_model(char *d, size_t n, const char *name, const char *args)
@@ -508,6 +562,7 @@ int main(void)
     RUN(test_pool_counts_equal_a_plain_run);
     RUN(test_cancel_during_speculation_frees_everything);
     RUN(test_per_request_method_and_validation);
+    RUN(test_identity_with_grammars);
     RUN(test_identity_sliding_window);
     return TEST_DONE();
 }
