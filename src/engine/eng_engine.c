@@ -661,12 +661,14 @@ static int32_t blocks_for(const eng_engine *e, int32_t tokens)
 static int ckpt_resume(eng_engine *e, eng_handle *h);
 
 /* At first admission: whether and how far this request drafts (embeddings
- * never sample). Constrained rows draft what their grammar allows. */
+ * never sample). Constrained rows draft what their grammar allows. Models
+ * with recurrent state do not draft yet: a rejected draft would roll the
+ * state back to a snapshot and replay (docs/hybrid.md), a seam left open. */
 static void spec_setup(eng_engine *e, eng_handle *h)
 {
     eng_spec_method m = h->p.spec == ENG_SPEC_DEFAULT ? e->o.spec.method : h->p.spec;
     h->spec_max = 0;
-    if (m != ENG_SPEC_NGRAM || h->p.pooling) return;
+    if (m != ENG_SPEC_NGRAM || h->p.pooling || kv_pool_has_state(e->rt->kv)) return;
     h->spec_max = h->p.spec_max_draft > 0 ? h->p.spec_max_draft : e->o.spec.max_draft;
     eng_spec_row_init(&h->spec, &e->o.spec, h->spec_max);
 }
@@ -1330,6 +1332,7 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     e->stats.kv_seq_max_blocks =
         kv_seq_max_blocks(kl->window[0], kc->max_chunk, kc->block_tokens, rt->o.ctx);
     e->stats.kv_n_groups = kl->n_groups;
+    e->stats.kv_state_every = kc->state_every;
     for (int g = 0; g < kl->n_groups; g++) {
         e->stats.kv_group_window[g] = kl->window[g];
         e->stats.kv_group_layers[g] = kv_layout_layers(kl, g);

@@ -52,8 +52,8 @@ resume speculative '{"temperature":0.8,"seed":43,"ignore_eos":true,"speculative"
 # two batched rows, both killed, both resumed independently: B is long (3000
 # tokens) and running before A starts, so it is mid-generation when A's kill
 # comes, whatever the machine's speed; the kill waits until both rows'
-# checkpoints are written (KILN_KILL_SETTLE), since the writer may lag; A is
-# 1500 tokens so that it is still generating when the client has read 150 chunks
+# checkpoints are on disk (KILN_KILL_SETTLE_CKPT: ck- files in DIR), since the writer may lag;
+# A is 1500 tokens so that it is still generating when the client has read 150 chunks
 serve S || exit 1
 A='{"temperature":0.8,"seed":1,"ignore_eos":true}'
 B='{"temperature":0.8,"seed":2,"ignore_eos":true}'
@@ -63,7 +63,7 @@ for _ in $(seq 600); do
   [ "$(curl -s "$S_URL/stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['batch']['active'])")" = 1 ] && break
   sleep 0.05
 done
-KILN_KILL_SETTLE=2 $PY "$KILL" "$S_URL" "$S_PID" 150 5 1500 "$A" >/dev/null
+KILN_KILL_SETTLE_CKPT=2 KILN_KILL_SETTLE_DIR="$DIR" $PY "$KILL" "$S_URL" "$S_PID" 150 5 1500 "$A" >/dev/null
 wait "$S_PID" 2>/dev/null
 check "batched: two checkpoints on disk" [ "$(n_ckpt)" = 2 ]
 serve S || exit 1
