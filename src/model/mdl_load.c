@@ -50,15 +50,59 @@ static kiln_code load_layer(mdl_model *m, int32_t L, kiln_err *err)
     char p[200], n[240];
     kiln_code rc;
     ly->p = &m->plan.layer[L];
+    ly->scalar = 1.0f;
     snprintf(p, sizeof p, "%slayers.%d", m->prefix, (int)L);
     snprintf(n, sizeof n, "%s.input_layernorm.weight", p);
     if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->in_norm, err))) return rc;
+    /* Llama's post_attention_layernorm is the pre-FFN norm; Gemma's sandwich
+     * norms name it pre_feedforward_layernorm and norm the mixer's output */
     snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", p);
-    if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->pre_ffn_norm, err))) return rc;
+    if ((rc = mdl_load_vec(m, n, H, 0, add,
+                           m->plan.sandwich_norms ? &ly->post_mix_norm : &ly->pre_ffn_norm, err)))
+        return rc;
+    if (m->plan.sandwich_norms) {
+        snprintf(n, sizeof n, "%s.pre_feedforward_layernorm.weight", p);
+        if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->pre_ffn_norm, err))) return rc;
+        snprintf(n, sizeof n, "%s.post_feedforward_layernorm.weight", p);
+        if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->post_ffn_norm, err))) return rc;
+    }
     snprintf(n, sizeof n, "%s.self_attn", p);
     if ((rc = mdl_attn_load(m, L, n, err))) return rc;
-    snprintf(n, sizeof n, "%s.mlp", p);
-    return mdl_mlp_load(m, L, n, err);
+    if (ly->p->ffn == MDL_FFN_MOE) {
+        if ((rc = mdl_moe_load(m, L, p, err))) return rc;
+    } else {
+        snprintf(n, sizeof n, "%s.mlp", p);
+        if ((rc = mdl_mlp_load(m, L, n, err))) return rc;
+    }
+    if (ly->p->pli && (rc = mdl_pli_load(m, L, p, err))) return rc;
+    if (ly->p->layer_scalar) { /* a [1] buffer; absent means 1 */
+        float *v = NULL;
+        snprintf(n, sizeof n, "%s.layer_scalar", p);
+        if ((rc = mdl_load_vec(m, n, 1, 1, 0.0f, &v, err))) return rc;
+        if (v) ly->scalar = v[0];
+        free(v);
+    }
+    return KILN_OK;
+}
+
+/* Multimodal checkpoints: the towers' tensors are left unmapped-in-use
+ * (never read); say so once. */
+static void note_skipped(const mdl_model *m)
+{
+    int n = 0;
+    uint64_t bytes = 0;
+    size_t pl = strlen(m->prefix);
+    for (int i = 0; i < wt_set_count(m->ws); i++) {
+        const wt_tensor *t = wt_set_at(m->ws, i);
+        if (strncmp(t->name, m->prefix, pl) == 0 || strstr(t->name, "lm_head")) continue;
+        n++;
+        bytes += t->nbytes;
+    }
+    if (n > 0 || m->cfg.gemma.n_towers_skipped > 0)
+        KLOG_INFO("model",
+                  "arch=%s text path only: %d tensors outside the language model skipped "
+                  "(vision/audio towers, %.1f MiB)",
+                  m->cfg.architecture, n, (double)bytes / (1024.0 * 1024.0));
 }
 
 static void add_mat_info(mdl_info *in, const kn_mat *w)
@@ -199,8 +243,10 @@ kiln_code mdl_load(const char *dir, mdl_model **out, kiln_err *err)
     snprintf(name, sizeof name, "%snorm.weight", m->prefix);
     if ((rc = mdl_load_vec(m, name, c->hidden, 0, m->plan.norm_add, &m->final_norm, err)))
         goto fail;
+    if ((rc = mdl_pli_load_model(m, err))) goto fail;
     for (int32_t L = 0; L < m->plan.n_layers; L++)
         if ((rc = load_layer(m, L, err))) goto fail;
+    note_skipped(m);
     for (int32_t r = 0; r < m->plan.n_ropes; r++)
         if ((rc = mdl_rope_init(&m->plan.rope[r], &m->rope[r], err))) goto fail;
     describe(m);
@@ -224,10 +270,13 @@ void mdl_free(mdl_model *m)
             free(ly->post_ffn_norm);
             mdl_attn_free(&ly->attn);
             mdl_mlp_free(&ly->mlp);
+            mdl_moe_free(&ly->moe);
+            mdl_pli_free(&ly->pli);
         }
         free(m->layers);
     }
     free(m->final_norm);
+    free(m->pli_norm);
     for (int r = 0; r < MDL_MAX_ROPES; r++)
         mdl_rope_free(&m->rope[r]);
     mdl_plan_free(&m->plan);
