@@ -348,7 +348,15 @@ int cli_info(int argc, char **argv)
            c->tie_word_embeddings ? "yes" : "no");
     printf("context:        %" PRId64 " (max_position_embeddings), rope_theta %g\n", c->max_pos,
            c->rope_theta);
-    printf("kv per token:   %" PRIu64 " bytes (f32, all layers)\n", in.kv_bytes_per_token);
+    const mdl_plan *pl = mdl_get_plan(m);
+    int32_t stores = 0;
+    for (int32_t L = 0; L < pl->n_layers; L++)
+        stores += mdl_plan_stores_kv(pl, L);
+    printf("kv per token:   %" PRIu64 " bytes (f32, the %d of %d layers that store K/V)\n",
+           in.kv_bytes_per_token, (int)stores, (int)pl->n_layers);
+    char plan[4096];
+    mdl_describe_plan(m, plan, sizeof plan);
+    printf("layer plan:\n%s", plan);
     char groups[2048];
     mdl_describe_groups(m, groups, sizeof groups);
     printf("tensor groups:\n%s", groups);

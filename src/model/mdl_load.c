@@ -127,6 +127,19 @@ static const kn_mat *layer_mat(const mdl_layer *ly, int g)
     return ms[g];
 }
 
+/* The first layer that has mat g, or NULL. */
+static const kn_mat *first_mat(const mdl_model *m, int g, int64_t *layer)
+{
+    for (int64_t L = 0; L < m->plan.n_layers; L++) {
+        const kn_mat *w = layer_mat(&m->layers[L], g);
+        if (w->rows > 0) {
+            *layer = L;
+            return w;
+        }
+    }
+    return NULL;
+}
+
 size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
 {
     static const char *const names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
@@ -139,28 +152,51 @@ size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
         if (o < n) o += (size_t)snprintf(buf + o, n - o, __VA_ARGS__);                             \
     } while (0)
     mat_desc(&m->embed, d, sizeof d);
-    EMIT("  %-18s %s\n", "embed_tokens", d);
+    EMIT("  %-26s %s\n", "embed_tokens", d);
     for (int g = 0; g < 7; g++) {
-        const kn_mat *first = layer_mat(&m->layers[0], g);
+        int64_t L0, have = 0, differ = 0;
+        const kn_mat *first = first_mat(m, g, &L0);
+        if (!first) continue; /* e.g. no layer stores K/V of its own */
         mat_desc(first, d, sizeof d);
-        int64_t differ = 0;
-        for (int64_t L = 1; L < m->cfg.n_layers; L++) {
-            mat_desc(layer_mat(&m->layers[L], g), d2, sizeof d2);
+        for (int64_t L = 0; L < m->plan.n_layers; L++) {
+            const kn_mat *w = layer_mat(&m->layers[L], g);
+            if (w->rows == 0) continue; /* KV-shared layers have no k/v; K=V layers no v */
+            have++;
+            mat_desc(w, d2, sizeof d2);
             differ += strcmp(d, d2) != 0;
         }
         if (differ)
-            EMIT("  %-18s %s in layer 0; %lld of %lld layers differ\n", names[g], d,
-                 (long long)differ, (long long)m->cfg.n_layers);
+            EMIT("  %-26s %s in layer %lld; %lld of %lld layers differ\n", names[g], d,
+                 (long long)L0, (long long)differ, (long long)have);
         else
-            EMIT("  %-18s %s\n", names[g], d);
+            EMIT("  %-26s %s\n", names[g], d);
+    }
+    for (int64_t L = 0; L < m->plan.n_layers; L++) {
+        const mdl_layer *ly = &m->layers[L];
+        if (ly->p->ffn != MDL_FFN_MOE) continue;
+        mat_desc(&ly->moe.router, d, sizeof d);
+        EMIT("  %-26s %s\n", "router.proj", d);
+        mat_desc(&ly->moe.gate[0], d, sizeof d);
+        EMIT("  %-26s %s (x %d experts)\n", "experts gate/up", d, (int)ly->p->moe.n_experts);
+        mat_desc(&ly->moe.down[0], d, sizeof d);
+        EMIT("  %-26s %s\n", "experts down", d);
+        break;
+    }
+    if (m->plan.pli_dim > 0) {
+        mat_desc(&m->pli_embed, d, sizeof d);
+        EMIT("  %-26s %s\n", "embed_tokens_per_layer", d);
+        mat_desc(&m->pli_proj, d, sizeof d);
+        EMIT("  %-26s %s\n", "per_layer_model_projection", d);
+        mat_desc(&m->layers[0].pli.gate, d, sizeof d);
+        EMIT("  %-26s %s\n", "per_layer_input_gate", d);
     }
     if (m->cfg.tie_word_embeddings)
-        EMIT("  %-18s tied to embed_tokens\n", "lm_head");
+        EMIT("  %-26s tied to embed_tokens\n", "lm_head");
     else {
         mat_desc(&m->lm_head, d, sizeof d);
-        EMIT("  %-18s %s\n", "lm_head", d);
+        EMIT("  %-26s %s\n", "lm_head", d);
     }
-    EMIT("  %-18s f32 (converted at load)\n", "norms, biases");
+    EMIT("  %-26s f32 (converted at load)\n", "norms, biases");
 #undef EMIT
     if (o >= n && n > 0) o = n - 1;
     return o;
@@ -173,14 +209,32 @@ static void describe(mdl_model *m)
     memset(in, 0, sizeof *in);
     add_mat_info(in, &m->embed);
     if (!c->tie_word_embeddings) add_mat_info(in, &m->lm_head);
-    for (int64_t L = 0; L < c->n_layers; L++)
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        const mdl_layer *ly = &m->layers[L];
         for (int g = 0; g < 7; g++)
-            add_mat_info(in, layer_mat(&m->layers[L], g));
+            add_mat_info(in, layer_mat(ly, g));
+        if (ly->p->ffn == MDL_FFN_MOE) {
+            add_mat_info(in, &ly->moe.router);
+            for (int32_t e = 0; e < ly->p->moe.n_experts; e++) {
+                add_mat_info(in, &ly->moe.gate[e]);
+                add_mat_info(in, &ly->moe.up[e]);
+                add_mat_info(in, &ly->moe.down[e]);
+            }
+        }
+        if (ly->p->pli) {
+            add_mat_info(in, &ly->pli.gate);
+            add_mat_info(in, &ly->pli.proj);
+        }
+    }
+    if (m->plan.pli_dim > 0) {
+        add_mat_info(in, &m->pli_embed);
+        add_mat_info(in, &m->pli_proj);
+    }
     for (int32_t L = 0; L < m->plan.n_layers; L++)
         if (mdl_plan_stores_kv(&m->plan, L))
             in->kv_bytes_per_token +=
                 2 * (uint64_t)m->plan.layer[L].n_kv_heads * (uint64_t)m->plan.layer[L].head_dim * 4;
-    const kn_mat *e = &m->layers[0].attn.wq;
+    const kn_mat *e = &m->layers[0].attn.wq; /* every layer has a q projection */
     static const char *const fn[] = {"f32", "f16", "bf16", "affine"};
     if (e->fmt == KN_QAFFINE)
         snprintf(in->quant_desc, sizeof in->quant_desc, "MLX affine %d-bit g%d (%s scales)",
