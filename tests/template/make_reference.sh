@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 MODELS=(llama3 llama3_1 qwen3 gemma3 llama2)
 # templates kept in the repo (no npm package ships them): tests/template/gemma4/<name>/
-LOCAL=(gemma4 gemma4_interleaved)
+LOCAL=(gemma4 gemma4_interleaved gemma4_e2b gemma4_31b)
 NODE_DIR=$WORK/tmpl-ref-node
 TOK_DIR=$WORK/fetched-templates
 mkdir -p "$NODE_DIR" "$TOK_DIR"
