@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 
 DEBS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libssl-dev libxxhash-dev
-      python3-numpy curl ca-certificates nodejs npm)
+      libsqlite3-dev libedit-dev
+      python3-numpy python3-jsonschema curl ca-certificates nodejs npm
+      chromium tmux)  # the chat page's browser test (playwright-core drives Debian's chromium); kiln run's tmux test
 
 if [ "${KILN_SKIP_DEPS:-0}" != 1 ] && command -v dpkg-query >/dev/null; then
   missing=()

@@ -11,6 +11,10 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 if [ -f tests/e2e/package.json ]; then
   (cd tests/e2e && { [ -d node_modules ] || npm install --no-audit --no-fund --loglevel=error; })
 fi
+# playwright-core (no browser download: it drives Debian's chromium) for the chat page's test
+if [ -f tests/webui/package.json ]; then
+  (cd tests/webui && { [ -d node_modules/playwright-core ] || npm install --no-audit --no-fund --loglevel=error; })
+fi
 # llama.cpp (node-llama-cpp, CPU binaries, ~83 MB) for the GGUF cross-check in cli.gguf_export;
 # best effort: without it that test skips its llama.cpp part.
 bench/peer/setup || echo "test.sh: bench/peer/setup failed: the llama.cpp cross-check will be skipped"

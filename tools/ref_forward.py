@@ -293,8 +293,9 @@ class Model:
     def new_cache(self):
         return {"pos": 0, "k": [None] * self.layers, "v": [None] * self.layers}
 
-    def forward(self, ids, cache=None):
-        """Logits [n, vocab] for ids fed at positions cache.pos .. cache.pos+n-1."""
+    def forward(self, ids, cache=None, hidden=False):
+        """Logits [n, vocab] for ids fed at positions cache.pos .. cache.pos+n-1; with hidden,
+        the final-normed hidden states [n, hidden] instead (what embeddings pool)."""
         if cache is None:
             cache = self.new_cache()
         ids = np.asarray(ids, dtype=np.int64)
@@ -360,7 +361,8 @@ class Model:
                 m = m + L["down_b"]
             h = h + m
         cache["pos"] = p0 + n
-        return self.rms(h, self.norm) @ self.head.T
+        hs = self.rms(h, self.norm)
+        return hs if hidden else hs @ self.head.T
 
     def greedy(self, ids, steps, stop=()):
         cache = self.new_cache()

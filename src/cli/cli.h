@@ -18,6 +18,7 @@ int cli_quantize(int argc, char **argv);
 int cli_fit(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_get(int argc, char **argv);
+int cli_run(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_detokenize(int argc, char **argv);
 int cli_template(int argc, char **argv);

@@ -15,6 +15,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_hf.h"
 #include "cli/cli_hf_sha256.h"
+#include "cli/cli_progress.h"
 #include "util/plat.h"
 
 #include <curl/curl.h>
@@ -36,9 +37,8 @@ typedef struct {
     char etag[80];   /* X-Linked-Etag / ETag without quotes */
     long status;
     const char *name;
-    int progress;
-    double t0, t_print;
-    curl_off_t resumed;
+    cli_progress *bar; /* BORROWED: the whole download's progress; NULL = quiet */
+    uint64_t before;   /* bytes of the earlier files (and of this one's resumed part) */
 } dl_state;
 
 static const char *endpoint(void)
@@ -106,15 +106,7 @@ static size_t on_header(char *h, size_t sz, size_t n, void *user)
 static int on_progress(void *user, curl_off_t total, curl_off_t now, curl_off_t ut, curl_off_t un)
 {
     dl_state *d = user;
-    double t = plat_now();
-    if (!d->progress || (t - d->t_print < 0.2 && now != total)) return 0;
-    d->t_print = t;
-    double done = (double)(now + d->resumed), all = (double)(total + d->resumed);
-    double rate = (double)now / (t - d->t0 + 1e-9);
-    int pct = all > 0 ? (int)(100.0 * done / all) : 0, bar = pct / 5;
-    fprintf(stderr, "\r  %-32.32s [%.*s%*s] %3d%% %7.1f/%.1f MiB %6.1f MiB/s", d->name, bar,
-            "####################", 20 - bar, "", pct, done / 1048576.0, all / 1048576.0,
-            rate / 1048576.0);
+    if (d->bar) cli_progress_update(d->bar, d->before + (uint64_t)now);
     return 0;
 }
 
@@ -201,7 +193,8 @@ static long long file_size(const char *p)
 
 /* Downloads one file into dest (resuming dest.incomplete), checks sha256. */
 static kiln_code fetch_file(const char *repo, const char *sha, const char *name, const char *dest,
-                            const char *want_sha, long long want_size, int quiet, kiln_err *err)
+                            const char *want_sha, long long want_size, cli_progress *bar,
+                            uint64_t before, kiln_err *err)
 {
     if (file_size(dest) >= 0 && (want_size < 0 || file_size(dest) == want_size)) {
         char got[65];
@@ -212,7 +205,7 @@ static kiln_code fetch_file(const char *repo, const char *sha, const char *name,
     snprintf(part, sizeof part, "%s.incomplete", dest);
     long long have = file_size(part);
     if (have < 0 || (want_size >= 0 && have > want_size)) have = 0;
-    dl_state d = {.name = name, .progress = !quiet && isatty(2), .t0 = plat_now()};
+    dl_state d = {.name = name, .bar = bar, .before = before + (uint64_t)(have > 0 ? have : 0)};
     d.f = fopen(part, have > 0 ? "ab" : "wb");
     if (!d.f) return kiln_fail(err, KILN_E_IO, "cannot write %s: %s", part, strerror(errno));
     struct curl_slist *h = NULL;
@@ -223,7 +216,6 @@ static kiln_code fetch_file(const char *repo, const char *sha, const char *name,
     }
     if (have > 0 && (want_size < 0 || have < want_size)) {
         curl_easy_setopt(c, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)have);
-        d.resumed = have;
     }
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, file_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &d);
@@ -238,7 +230,6 @@ static kiln_code fetch_file(const char *repo, const char *sha, const char *name,
     curl_easy_cleanup(c);
     curl_slist_free_all(h);
     int wbad = fclose(d.f);
-    if (d.progress) fprintf(stderr, "\n");
     if (cc != CURLE_OK) return net_fail(err, url, cc);
     if (status >= 400) return kiln_fail(err, KILN_E_IO, "%s: HTTP %ld", url, status);
     if (wbad) return kiln_fail(err, KILN_E_IO, "cannot write %s", part);
@@ -280,6 +271,15 @@ kiln_code cli_hf_download(const char *repo, int quiet, char *out, size_t n, kiln
     size_t i;
     json_t *sib;
     int n_files = 0;
+    uint64_t total = 0, done = 0; /* bytes of the files kiln keeps, for one progress bar */
+    json_array_foreach(json_object_get(info, "siblings"), i, sib) {
+        const char *name = json_string_value(json_object_get(sib, "rfilename"));
+        json_t *sz = json_object_get(json_object_get(sib, "lfs"), "size");
+        if (!sz) sz = json_object_get(sib, "size");
+        if (name && wanted(name) && json_is_integer(sz)) total += (uint64_t)json_integer_value(sz);
+    }
+    cli_progress bar;
+    cli_progress_begin(&bar, repo, total, 1);
     json_array_foreach(json_object_get(info, "siblings"), i, sib) {
         const char *name = json_string_value(json_object_get(sib, "rfilename"));
         if (!name || !wanted(name)) continue;
@@ -296,10 +296,12 @@ kiln_code cli_hf_download(const char *repo, int quiet, char *out, size_t n, kiln
             break;
         }
         *dirsep = '/';
-        if (!quiet && !isatty(2)) fprintf(stderr, "kiln get: %s\n", name);
-        if ((rc = fetch_file(repo, sha, name, p, want_sha, want_size, quiet, err))) break;
+        if ((rc = fetch_file(repo, sha, name, p, want_sha, want_size, quiet ? NULL : &bar, done, err)))
+            break;
+        done += want_size > 0 ? (uint64_t)want_size : 0;
         n_files++;
     }
+    if (!quiet) cli_progress_end(&bar, done);
     if (!rc) {
         snprintf(p, sizeof p, "%s/refs", rdir);
         mkdirs(p);

@@ -2,6 +2,7 @@
  * cli_main.c — `kiln <verb> [flags]`: dispatches to the verbs.
  */
 #include "cli/cli.h"
+#include "cli/cli_models.h"
 #include "util/kiln_log.h"
 
 #include <stdio.h>
@@ -21,7 +22,10 @@ static const verb verbs[] = {
     {"fit", cli_fit, "predict memory for a context and batch; max context for a budget"},
     {"quantize", cli_quantize, "write an MLX affine-quantized copy of a snapshot"},
     {"serve", cli_serve, "serve a model over an OpenAI-compatible HTTP API"},
+    {"run", cli_run, "chat with a model in the terminal (downloads it when missing)"},
     {"get", cli_get, "download a Hugging Face model snapshot into the local cache"},
+    {"ls", cli_ls, "list the models on this machine (cache, folders), their format and fit"},
+    {"rm", cli_rm, "delete a model from the Hugging Face cache"},
     {"tokenize", cli_tokenize, "encode text with a model's tokenizer.json"},
     {"detokenize", cli_detokenize, "decode token ids to text"},
     {"template", cli_template, "render a model's chat template for a conversation"},

@@ -3,6 +3,7 @@
  */
 #include "cli/cli.h"
 #include "cli/cli_args.h"
+#include "cli/cli_progress.h"
 #include "weights/wt_quantize.h"
 
 #include <stdio.h>
@@ -27,7 +28,17 @@ int cli_quantize(int argc, char **argv)
         return 2;
     }
     kiln_err err;
-    if (wt_quantize_snapshot(in, out, (int)bits, (int)group, &err)) return cli_fail("quantize", &err);
+    cli_progress bar;
+    char label[80];
+    snprintf(label, sizeof label, "quantizing to %d-bit", (int)bits);
+    cli_progress_begin(&bar, label, 0, 1);
+    wt_quant_opts o = {.bits = (int)bits, .group_size = (int)group, .progress = cli_progress_cb,
+                       .progress_user = &bar};
+    /* 0 means "default" only inside the library: the plain call refuses it with the reason */
+    kiln_code rc = bits == 0 || group == 0 ? wt_quantize_snapshot(in, out, (int)bits, (int)group, &err)
+                                           : wt_quantize_snapshot_ex(in, out, &o, &err);
+    if (!rc) cli_progress_end(&bar, bar.total);
+    if (rc) return cli_fail("quantize", &err);
     printf("wrote %s (%d-bit, group %d)\n", out, (int)bits, (int)group);
     return 0;
 }

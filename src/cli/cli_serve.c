@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/cli_args.h"
 #include "cli/cli_hf.h"
+#include "cli/cli_models.h"
 #include "engine/eng_admit.h"
 #include "cli/cli_ssd.h"
 #include "engine/eng_engine.h"
@@ -43,8 +44,12 @@ typedef struct {
     double max_stall_ms;             /* prefill time per step beside streams; < 0 = default */
     int32_t env_limit;               /* KILN_CONTEXT_LIMIT; 0 = unset */
     const char *ssd_cache; /* --ssd-cache DIR */
+    const char *data_dir;  /* --data-dir DIR: conversations (NULL = XDG default, "" = none) */
+    const char *pooling;   /* --pooling MODE for /v1/embeddings (NULL = the model's) */
+    int offline;           /* --offline: never download */
     double ssd_cache_max;  /* GiB; 0 = no cap */
     int64_t gen_ckpt;      /* --generation-checkpoint N; 0 = off */
+    int64_t grammar_ws;    /* --grammar-ws N */
     cli_kv_flags kv;
 } serve_flags;
 
@@ -92,45 +97,13 @@ static int check_flags(const serve_flags *f, int *thinking)
                       : f->timeout < 0                           ? "--timeout must be >= 0"
                       : f->memory_budget < 0 ? "--memory-budget must be > 0 (decimal GB)"
                       : f->kv_budget < 0     ? "--kv-budget must be > 0 (decimal GB)"
+                      : f->grammar_ws < 0 || f->grammar_ws > 256 ? "--grammar-ws must be 0..256"
                                              : NULL;
     if (bad) {
         fprintf(stderr, "kiln serve: %s\n", bad);
         return 2;
     }
     return 0;
-}
-
-/* The model folder and the id to serve it under. */
-static int pick_model(const char *model, char *dir, size_t n, char *id, size_t id_n)
-{
-    kiln_err err;
-    if (model) {
-        if (cli_hf_resolve(model, dir, n, &err)) {
-            if (cli_hf_is_repo_id(model) && !plat_is_dir(model)) {
-                fprintf(stderr, "kiln serve: %s is not cached; downloading it\n", model);
-                if (cli_hf_download(model, 0, dir, n, &err) == KILN_OK) goto named;
-            }
-            return cli_fail("serve", &err);
-        }
-    named:;
-        const char *base = strrchr(model, '/');
-        snprintf(id, id_n, "%s", cli_hf_is_repo_id(model) && !plat_is_dir(model) ? model
-                                 : base && base[1] ? base + 1 : model);
-        return 0;
-    }
-    if (cli_hf_find_cached(dir, n, id, id_n, &err) == KILN_OK) {
-        fprintf(stderr, "kiln serve: no --model given; using %s from the cache\n", id);
-        return 0;
-    }
-    fprintf(stderr, "kiln serve: no --model given and no model in the Hugging Face cache; "
-                    "trying to download %s\n", CLI_HF_DEFAULT_MODEL);
-    if (cli_hf_download(CLI_HF_DEFAULT_MODEL, 0, dir, n, &err) == KILN_OK) {
-        snprintf(id, id_n, "%s", CLI_HF_DEFAULT_MODEL);
-        return 0;
-    }
-    fprintf(stderr, "kiln serve: %s\n  Give a model folder with --model DIR, or download one "
-                    "first with: kiln get %s\n", err.msg, CLI_HF_DEFAULT_MODEL);
-    return 1;
 }
 
 /* The memory plan: context limit and KV pool size (inside --memory-budget
@@ -198,10 +171,15 @@ static void serve_close(serve_state *st)
     eng_runtime_close(st->rt);
 }
 
+static void load_progress(void *user, double fraction)
+{
+    srv_set_load_progress(user, fraction);
+}
+
 static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, sigset_t *sigs)
 {
     char dir[4096], id[512];
-    int rc = pick_model(f->model, dir, sizeof dir, id, sizeof id);
+    int rc = cli_pick_model("serve", f->model, f->offline, dir, sizeof dir, id, sizeof id);
     if (rc) return rc;
     kiln_err err;
     wt_config cfg;
@@ -218,11 +196,21 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     sc.max_queue = (int32_t)f->max_queue;
     sc.thinking = thinking;
     sc.tool_parser = f->tool_family;
+    sc.grammar_ws = (int32_t)f->grammar_ws;
     sc.responses_ttl_s = f->responses_ttl;
     sc.responses_store_bytes = (size_t)(f->responses_store_mib * 1048576.0);
     sc.defaults = pick_defaults(f, flags, &cfg);
     sc.timeout_s = f->timeout;
     sc.unix_path = f->unix_path;
+    sc.data_dir = f->data_dir;
+    eng_pooling pool = ENG_POOL_NONE;
+    if (f->pooling && eng_pool_parse(f->pooling, &pool) != 0) {
+        wt_config_free(&cfg);
+        fprintf(stderr, "kiln serve: --pooling must be mean, cls, last, max or mean_sqrt_len, got '%s'\n",
+                f->pooling);
+        return 2;
+    }
+    sc.pooling = (int)pool;
     serve_state st = {0};
     /* Bind first: a taken port fails in milliseconds, not after the load. */
     if (srv_start(&sc, &st.srv, &err)) {
@@ -255,6 +243,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     }
     o.ctx = plan.ctx;           /* the enforced context limit */
     o.n_blocks = plan.n_blocks; /* the KV pool, inside --memory-budget when given */
+    cli_warm_weights(dir, id, load_progress, st.srv); /* progress bar; /health says how far */
     if (eng_runtime_open(dir, &o, &st.rt, &err) || tok_load(dir, &st.tok, &err)) {
         serve_close(&st);
         return cli_fail("serve", &err);
@@ -310,6 +299,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
            (int)f->batch,
            (int)st.rt->o.ctx, (int)es.kv.n_blocks, (int)es.kv_block_tokens,
            (double)es.kv.bytes / 1048576.0, st.rt->kv_desc);
+    printf("kiln: chat page at http://%s:%d/\n", f->host, srv_port(st.srv));
     if (f->unix_path) printf("kiln: also serving on unix:%s\n", f->unix_path);
     if (plan.budget_bytes)
         printf("kiln: memory budget %.3f GB: max safe context %d tokens, enforced %d (%s), %.1f "
@@ -329,11 +319,22 @@ int cli_serve(int argc, char **argv)
 {
     serve_flags f = {.host = "127.0.0.1", .port = 8080, .batch = 8, .max_queue = 64,
                      .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20,
-                     .responses_ttl = 3600, .responses_store_mib = 64, .max_stall_ms = -1};
+                     .responses_ttl = 3600, .responses_store_mib = 64, .max_stall_ms = -1,
+                     .grammar_ws = 20};
     cli_flag flags[] = {
         {"model", CLI_STR, &f.model, "DIR|REPO",
-         "model folder or Hugging Face repo id (default: "
-         "a cached model, else " CLI_HF_DEFAULT_MODEL ")",
+         "model folder or Hugging Face repo id, downloaded when not cached (default: the built-in "
+         CLI_DEFAULT_MODEL_NAME ")",
+         0},
+        {"offline", CLI_BOOL, &f.offline, NULL,
+         "never download: a repo id must already be in the cache (also HF_HUB_OFFLINE=1)", 0},
+        {"data-dir", CLI_STR, &f.data_dir, "DIR",
+         "where the chat page's conversations are kept (default $XDG_DATA_HOME/kiln, else "
+         "~/.local/share/kiln; '' = not kept)",
+         0},
+        {"pooling", CLI_STR, &f.pooling, "MODE",
+         "/v1/embeddings pooling: mean, cls, last, max, mean_sqrt_len (default: the model's "
+         "modules.json, else last)",
          0},
         {"host", CLI_STR, &f.host, "ADDR", "address to listen on (default 127.0.0.1)", 0},
         {"port", CLI_INT, &f.port, "N", "port (default 8080; 0 = any free port)", 0},
@@ -393,6 +394,9 @@ int cli_serve(int argc, char **argv)
         {"generation-checkpoint", CLI_INT, &f.gen_ckpt, "N",
          "persist each generation every N tokens in --ssd-cache; an identical retried request "
          "resumes after a crash (default: off)", 0},
+        {"grammar-ws", CLI_INT, &f.grammar_ws, "N",
+         "constrained JSON (response_format, tool calls): most whitespace bytes between two "
+         "tokens (default 20; 0 = compact JSON)", 0},
         CLI_KV_FLAGS(f.kv),
         {0},
     };

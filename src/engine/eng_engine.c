@@ -6,7 +6,8 @@
  *   WAITING  -> RUNNING   engine_admit()     a batch slot and KV room for its prompt
  *   RUNNING  -> WAITING   engine_preempt()   the KV pool ran dry: its blocks are
  *                                            released (published ones stay cached)
- *   RUNNING  -> FINISHED  req_finish()       EOS, stop string, length, cancel, error
+ *   RUNNING  -> FINISHED  req_finish()       EOS, stop string, length, cancel, error;
+ *                                            an embedding request when its prompt is done
  * Each step (engine_step): every running sequence with one pending token
  * decodes; sequences still prefilling get chunks of at most prefill_chunk
  * tokens while the step's token budget lasts. One eng_step_run for all.
@@ -17,6 +18,9 @@
  *   (2) text emitted never contains a prefix of a stop string that could still
  *       complete: hold-back keeps the longest suffix that is a stop prefix
  *   (3) only the engine thread touches seq, rng, stream, and the running list
+ *   (4) an embedding request (p.pooling) never samples: its hidden rows come from the
+ *       step's tap (mdl_ctx_set_hidden_out, on only for steps that carry one) and its
+ *       pool restarts whenever its KV is dropped (preemption recomputes every row)
  * Threads: client threads call eng_submit / eng_handle_*; e->mu guards the wait
  * queue and stats, h->mu guards a handle's event queue.
  */
@@ -51,6 +55,10 @@ struct eng_handle {
     eng_bias *bias;        /* OWNED */
     char *stops[ENG_MAX_STOP]; /* OWNED */
     int32_t *stop_ids;     /* OWNED */
+    int32_t *gtrig;        /* OWNED: grammar trigger ids */
+    int32_t *ends;         /* OWNED: ids that end it (EOS unless ignore_eos, stop ids) */
+    int32_t n_ends;
+    eng_gstate *gs;        /* OWNED (engine thread): the grammar's state; NULL = none */
     /* engine-thread state */
     eng_seq *seq;          /* OWNED while running */
     tok_stream *ts;        /* OWNED while running */
@@ -66,6 +74,7 @@ struct eng_handle {
     int32_t resumed;       /* tokens replayed from a checkpoint */
     eng_handle *next;      /* wait queue link, under e->mu */
     double t_submit;
+    double *pool;          /* OWNED [hidden]: embedding accumulator (p.pooling), engine thread */
 };
 
 struct eng_engine {
@@ -82,17 +91,22 @@ struct eng_engine {
     int32_t n_waiting;         /* under mu */
     eng_handle **running;      /* OWNED array [max_seqs], engine thread */
     int32_t n_running;
-    eng_step_item *items; /* OWNED [max_seqs] */
-    eng_handle **owners;  /* OWNED [max_seqs]: the handle of each item */
-    eng_stats stats;      /* under mu */
-    uint64_t kv_running;  /* engine thread: projected KV of the running list */
-    eng_kv_cost kv_cost;  /* what a sequence's K/V costs per group (--kv-budget) */
-    int head_waiting;     /* engine thread: the head already counted as a kv-budget wait */
-    int32_t leases;       /* under mu: execution leases held; no step starts while > 0 */
-    int in_step;          /* under mu: the engine thread is between admission and step end */
-    eng_ssd *ssdw;        /* OWNED: SSD write-behind; NULL without a tier */
-    double s_per_token;   /* engine thread: EWMA of step seconds per token (steps of
-                             >= ENG_MIN_PREFILL_SLICE tokens); 0 = not measured yet */
+    eng_step_item *items;      /* OWNED [max_seqs] */
+    eng_handle **owners;       /* OWNED [max_seqs]: the handle of each item */
+    eng_stats stats;           /* under mu */
+    uint64_t kv_running;       /* engine thread: projected KV of the running list */
+    eng_kv_cost kv_cost;       /* what a sequence's K/V costs per group (--kv-budget) */
+    int head_waiting;          /* engine thread: the head already counted as a kv-budget wait */
+    int32_t leases;            /* under mu: execution leases held; no step starts while > 0 */
+    int in_step;               /* under mu: the engine thread is between admission and step end */
+    eng_ssd *ssdw;             /* OWNED: SSD write-behind; NULL without a tier */
+    double s_per_token;        /* engine thread: EWMA of step seconds per token (steps of
+                                  >= ENG_MIN_PREFILL_SLICE tokens); 0 = not measured yet */
+    eng_gmask *gm;             /* OWNED: grammar masks (vocabulary, worker) */
+    eng_gstate **gjobs;        /* OWNED [max_seqs]: states whose masks this step needs */
+    float *hidden;             /* OWNED [hidden_rows, hidden]: the hidden-state tap for steps with
+                                  embedding requests; made at the first one, kept after */
+    int32_t hidden_rows;
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -136,6 +150,9 @@ void eng_event_clear(eng_event *ev)
     free(ev->text);
     ev->text = NULL;
     ev->text_len = 0;
+    free(ev->embedding);
+    ev->embedding = NULL;
+    ev->n_embedding = 0;
 }
 
 static void handle_free(eng_handle *h)
@@ -146,7 +163,12 @@ static void handle_free(eng_handle *h)
     free(h->bias);
     for (int i = 0; i < ENG_MAX_STOP; i++) free(h->stops[i]);
     free(h->stop_ids);
+    free(h->gtrig);
+    free(h->ends);
+    eng_gstate_free(h->gs);
+    gr_grammar_release(h->p.grammar);
     free(h->hold);
+    free(h->pool);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h);
@@ -237,6 +259,7 @@ void eng_handle_release(eng_handle *h)
 static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
 {
     h->p = *p;
+    h->p.grammar = NULL; /* set once retained, below */
     h->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
     if (!h->prompt) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
     memcpy(h->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
@@ -258,6 +281,14 @@ static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
         memcpy(h->stop_ids, p->stop_ids, sizeof(int32_t) * (size_t)p->n_stop_ids);
     }
     h->p.stop_ids = h->stop_ids;
+    if (p->n_grammar_triggers > 0) {
+        h->gtrig = malloc(sizeof(int32_t) * (size_t)p->n_grammar_triggers);
+        if (!h->gtrig) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+        memcpy(h->gtrig, p->grammar_triggers, sizeof(int32_t) * (size_t)p->n_grammar_triggers);
+    }
+    h->p.grammar_triggers = h->gtrig;
+    if (p->grammar) gr_grammar_retain(p->grammar); /* released in handle_free */
+    h->p.grammar = p->grammar;
     return KILN_OK;
 }
 
@@ -279,6 +310,8 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
     int64_t vocab = mdl_vocab(e->rt->model);
     int32_t ctx = e->rt->o.ctx;
     if (p->n_prompt < 1) return kiln_fail(err, KILN_E_INVALID, "the prompt is empty");
+    if (p->pooling < ENG_POOL_NONE || p->pooling > ENG_POOL_MEAN_SQRT_LEN)
+        return kiln_fail(err, KILN_E_INVALID, "unknown pooling mode %d", (int)p->pooling);
     if (p->n_prompt >= ctx)
         return kiln_fail(err, KILN_E_INVALID,
                          "the prompt (%d tokens) leaves no room in the context (%d tokens)",
@@ -294,6 +327,12 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0])
             return kiln_fail(err, KILN_E_INVALID, "stop strings must not be empty");
+    if (p->n_grammar_triggers < 0 || p->n_grammar_triggers > 64 || (p->n_grammar_triggers && !p->grammar))
+        return kiln_fail(err, KILN_E_INVALID, "grammar triggers need a grammar (at most 64)");
+    for (int32_t i = 0; i < p->n_grammar_triggers; i++)
+        if (p->grammar_triggers[i] < 0 || p->grammar_triggers[i] >= vocab)
+            return kiln_fail(err, KILN_E_INVALID, "grammar trigger token %d is out of range",
+                             (int)p->grammar_triggers[i]);
     if (e->o.kv_budget_bytes) {
         uint64_t proj = seq_projection(e, p);
         if (proj > e->o.kv_budget_bytes)
@@ -366,6 +405,25 @@ static int is_stop_token(const eng_engine *e, const eng_handle *h, int32_t tok)
     return 0;
 }
 
+/* The grammar's state and the ids that end the request (engine thread, at
+ * first admission). */
+static kiln_code grammar_setup(eng_engine *e, eng_handle *h, kiln_err *err)
+{
+    const wt_config *c = mdl_config(e->rt->model);
+    h->ends = malloc(sizeof(int32_t) * (size_t)(c->n_eos + 1 + h->p.n_stop_ids + 1));
+    if (!h->ends) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
+    if (!h->p.ignore_eos) {
+        for (int i = 0; i < c->n_eos; i++) h->ends[h->n_ends++] = c->eos_ids[i];
+        if (tok_eos_id(e->tok) >= 0) h->ends[h->n_ends++] = tok_eos_id(e->tok);
+    }
+    for (int32_t i = 0; i < h->p.n_stop_ids; i++) h->ends[h->n_ends++] = h->p.stop_ids[i];
+    pthread_mutex_lock(&e->mu);
+    e->stats.grammar_requests++;
+    pthread_mutex_unlock(&e->mu);
+    return eng_gstate_create(e->gm, h->p.grammar, h->p.grammar_triggers, h->p.n_grammar_triggers,
+                             &h->gs, err);
+}
+
 /* Takes the first n bytes of the hold-back buffer as a new string (OWNED by the caller). */
 static char *hold_take(eng_handle *h, size_t n)
 {
@@ -413,6 +471,17 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     }
     ev.finish = why;
     ev.stop_matched = stop_matched;
+    if (ev.kind == ENG_EV_DONE && why == ENG_FINISH_STOP && h->p.pooling && h->pool) {
+        int64_t H = mdl_config(e->rt->model)->hidden;
+        ev.embedding = malloc(sizeof(float) * (size_t)H);
+        if (ev.embedding) {
+            eng_pool_finish(h->p.pooling, h->pool, H, h->p.n_prompt, ev.embedding);
+            ev.n_embedding = (int32_t)H;
+        } else {
+            ev.kind = ENG_EV_ERROR;
+            kiln_fail(&ev.err, KILN_E_NOMEM, "out of memory for an embedding");
+        }
+    }
     ev.prompt_tokens = h->p.n_prompt;
     ev.completion_tokens = h->n_generated;
     ev.cached_tokens = h->cached_tokens;
@@ -426,6 +495,8 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     }
     tok_stream_destroy(h->ts);
     h->ts = NULL;
+    eng_gstate_free(h->gs);
+    h->gs = NULL;
     pthread_mutex_lock(&e->mu);
     e->stats.requests_finished++;
     if (why == ENG_FINISH_CANCELLED) e->stats.requests_cancelled++;
@@ -483,7 +554,12 @@ static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample
 {
     kiln_err err;
     h->n_generated++;
-    if (is_stop_token(e, h, tok)) {
+    int stop = is_stop_token(e, h, tok);
+    if (h->gs && eng_gstate_accept(h->gs, tok, stop, &err) != KILN_OK) {
+        req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+        return 1;
+    }
+    if (stop) {
         req_finish(e, h, ENG_FINISH_STOP, NULL, NULL);
         return 1;
     }
@@ -525,8 +601,13 @@ static int req_token(eng_engine *e, eng_handle *h, int32_t tok, const eng_sample
     ev.text = hold_take(h, ev.text_len);
     if (!ev.text) ev.text_len = 0;
     handle_push(h, &ev);
+    if (eng_gstate_done(h->gs)) { /* the grammar allows nothing more */
+        req_finish(e, h, ENG_FINISH_STOP, NULL, NULL);
+        return 1;
+    }
     if (h->n_generated >= h->p.max_tokens || h->seq->n_tokens + 1 > e->rt->o.ctx) {
-        req_finish(e, h, ENG_FINISH_LENGTH, NULL, NULL);
+        /* a grammar's output that is complete at the limit stopped, it was not cut */
+        req_finish(e, h, eng_gstate_complete(h->gs) ? ENG_FINISH_STOP : ENG_FINISH_LENGTH, NULL, NULL);
         return 1;
     }
     if (eng_seq_append(h->seq, tok, &err) != KILN_OK) {
@@ -564,6 +645,25 @@ static int32_t blocks_for(const eng_engine *e, int32_t tokens)
 
 static int ckpt_resume(eng_engine *e, eng_handle *h);
 
+/* First admission of an embedding request: its sequence, its pool, and the
+ * engine's hidden-state tap (made once, the first time one is needed). */
+static kiln_code embed_admit(eng_engine *e, eng_handle *h, kiln_err *err)
+{
+    int64_t H = mdl_config(e->rt->model)->hidden;
+    if (!e->hidden) {
+        int32_t rows = e->rt->o.max_step_tokens;
+        e->hidden = malloc(sizeof(float) * (size_t)rows * (size_t)H);
+        if (!e->hidden) return kiln_fail(err, KILN_E_NOMEM, "embeddings: no memory for the hidden-state tap");
+        e->hidden_rows = rows;
+        KLOG_INFO("engine", "embeddings: hidden-state tap rows=%d bytes=%llu", (int)rows,
+                  (unsigned long long)((size_t)rows * (size_t)H * sizeof(float)));
+    }
+    h->pool = malloc(sizeof(double) * (size_t)H);
+    if (!h->pool) return kiln_fail(err, KILN_E_NOMEM, "embeddings: out of memory");
+    eng_pool_init(h->p.pooling, h->pool, H);
+    return eng_seq_create(h->prompt, h->p.n_prompt, &h->seq, err);
+}
+
 /* Moves waiting requests into the batch while there are slots and KV room for
  * their whole token history (so admission does not immediately preempt). */
 static void engine_admit(eng_engine *e)
@@ -599,7 +699,12 @@ static void engine_admit(eng_engine *e)
         e->n_waiting--;
         pthread_mutex_unlock(&e->mu);
         kiln_err err;
-        if (!h->seq) {
+        if (!h->seq && h->p.pooling) {
+            if (embed_admit(e, h, &err) != KILN_OK) {
+                req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+                continue;
+            }
+        } else if (!h->seq) {
             if (eng_seq_create(h->prompt, h->p.n_prompt, &h->seq, &err) != KILN_OK ||
                 tok_stream_create(e->tok, h->p.skip_special ? TOK_SKIP_SPECIAL : 0, &h->ts,
                                   &err) != KILN_OK) {
@@ -607,15 +712,21 @@ static void engine_admit(eng_engine *e)
                 continue;
             }
             eng_rng_seed(&h->rng, h->p.sp.seed);
+            if (h->p.grammar && (grammar_setup(e, h, &err) != KILN_OK)) {
+                req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
+                continue;
+            }
             /* prime the detokenizer with the last prompt token so the first
              * generated piece gets the spacing it has after the prompt
              * (SentencePiece strips the leading space of a text's first token) */
             const char *t;
             size_t n;
             tok_stream_push(h->ts, h->prompt[h->p.n_prompt - 1], &t, &n, NULL);
-            if (e->o.ckpt_every > 0 && ckpt_resume(e, h)) continue; /* ended in the replay */
+            /* checkpoints do not carry the grammar's identity: constrained requests skip them */
+            if (e->o.ckpt_every > 0 && !h->p.grammar && ckpt_resume(e, h)) continue; /* ended in the replay */
         }
-        int32_t hit = eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);
+        /* pooling every position needs every row computed: no cached prefix stands in */
+        int32_t hit = eng_pool_needs_all(h->p.pooling) ? 0 : eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);
         if (!h->admitted_once) h->cached_tokens = hit < h->p.n_prompt ? hit : h->p.n_prompt;
         h->admitted_once = 1;
         h->kv_proj = proj;
@@ -632,6 +743,7 @@ static int engine_preempt(eng_engine *e, const eng_handle *keep)
         eng_handle *h = e->running[i];
         if (h == keep) continue;
         eng_seq_drop_kv(h->seq, e->rt->kv);
+        if (h->pool) eng_pool_init(h->p.pooling, h->pool, mdl_config(e->rt->model)->hidden); /* (4) */
         running_remove(e, i);
         pthread_mutex_lock(&e->mu);
         h->next = e->wait_head;
@@ -729,6 +841,23 @@ static int32_t engine_plan(eng_engine *e)
     return n;
 }
 
+/* An embedding request's rows of this step go into its pool; once its whole
+ * prompt has run, it is finished with the pooled vector. */
+static void embed_rows(eng_engine *e, eng_handle *h, int32_t hrow, int32_t n_run)
+{
+    int64_t H = mdl_config(e->rt->model)->hidden;
+    int32_t pos0 = h->seq->n_cached - n_run;
+    eng_pool_add(h->p.pooling, h->pool, e->hidden + (size_t)hrow * (size_t)H, n_run, H, pos0,
+                 h->p.n_prompt);
+    if (eng_seq_pending(h->seq) > 0) return;
+    for (int32_t i = 0; i < e->n_running; i++)
+        if (e->running[i] == h) {
+            running_remove(e, i);
+            break;
+        }
+    req_finish(e, h, ENG_FINISH_STOP, NULL, NULL);
+}
+
 static void engine_step(eng_engine *e)
 {
     int32_t n;
@@ -737,12 +866,24 @@ static void engine_step(eng_engine *e)
     if (n == 0) return;
     kiln_err err;
     double t0 = plat_now();
+    /* grammar masks of the rows that get logits: computed while the model runs */
+    int32_t ng = 0;
+    for (int32_t k = 0; k < n; k++)
+        if (e->owners[k]->gs && e->items[k].max_tokens == eng_seq_pending(e->items[k].seq))
+            e->gjobs[ng++] = e->owners[k]->gs;
+    if (ng) eng_gmask_begin(e->gm, e->gjobs, ng);
+    int pooled = 0; /* (4) the tap is on only for steps with an embedding request */
+    for (int32_t k = 0; k < n && !pooled; k++) pooled = e->owners[k]->p.pooling != ENG_POOL_NONE;
+    if (pooled) mdl_ctx_set_hidden_out(e->rt->cx, e->hidden, e->hidden_rows);
     kiln_code rc = eng_step_run(e->rt->cx, e->rt->kv, e->items, n, e->ns, e->rt->logits,
                                  e->rt->logit_rows, &err);
+    if (pooled) mdl_ctx_set_hidden_out(e->rt->cx, NULL, 0);
+    if (ng) eng_gmask_end(e->gm);
     int64_t vocab = mdl_vocab(e->rt->model);
     int32_t row = 0, toks = 0;
     for (int32_t k = 0; k < n; k++) {
         eng_handle *h = e->owners[k];
+        int32_t hrow = toks; /* this item's first row in the tap */
         toks += e->items[k].n_run;
         h->n_steps++;
         if (rc) {
@@ -751,16 +892,35 @@ static void engine_step(eng_engine *e)
             req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
             continue;
         }
+        if (h->p.pooling) {
+            if (e->items[k].n_logits) row++; /* its logits row is skipped, never sampled */
+            embed_rows(e, h, hrow, e->items[k].n_run);
+            continue;
+        }
         if (e->items[k].n_logits == 0) continue;
         float *lg = e->rt->logits + (size_t)row * (size_t)vocab;
         row++;
         eng_sample_out so;
-        int32_t tok = eng_sample_row(&h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens,
-                                     &h->rng, e->rt->sample_scratch, &so);
         int32_t at = -1;
         for (int32_t i = 0; i < e->n_running && at < 0; i++)
             if (e->running[i] == h) at = i;
         uint64_t proj = h->kv_proj;
+        int32_t tok;
+        if (!h->gs) {
+            tok = eng_sample_row(&h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens, &h->rng,
+                                 e->rt->sample_scratch, &so);
+        } else {
+            int32_t left = h->p.max_tokens - h->n_generated, room = e->rt->o.ctx - h->seq->n_tokens;
+            kiln_err gerr;
+            tok = eng_gstate_sample(h->gs, &h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens,
+                                    h->ends, h->n_ends, left < room ? left : room, &h->rng,
+                                    e->rt->sample_scratch, &so, &gerr);
+            if (tok < 0) { /* -2: a sentence nothing may end (ignore_eos): it is complete */
+                if (at >= 0) running_remove(e, at);
+                req_finish(e, h, tok == -2 ? ENG_FINISH_STOP : ENG_FINISH_ERROR, NULL, &gerr);
+                continue;
+            }
+        }
         if (req_token(e, h, tok, &so) && at >= 0) running_drop(e, at, proj); /* h may be gone */
     }
     double dt = plat_now() - t0;
@@ -968,7 +1128,10 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     e->running = calloc((size_t)rt->o.max_seqs, sizeof *e->running);
     e->items = calloc((size_t)rt->o.max_seqs, sizeof *e->items);
     e->owners = calloc((size_t)rt->o.max_seqs, sizeof *e->owners);
-    if (!e->running || !e->items || !e->owners) {
+    e->gjobs = calloc((size_t)rt->o.max_seqs, sizeof *e->gjobs);
+    kiln_err gerr;
+    if (!e->running || !e->items || !e->owners || !e->gjobs ||
+        eng_gmask_create(tok, &e->gm, &gerr) != KILN_OK) {
         eng_engine_stop(e);
         return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
     }
@@ -1041,6 +1204,9 @@ void eng_engine_stop(eng_engine *e)
     free(e->running);
     free(e->items);
     free(e->owners);
+    free(e->gjobs);
+    eng_gmask_destroy(e->gm);
+    free(e->hidden);
     free(e);
 }
 
@@ -1050,6 +1216,7 @@ eng_stats eng_get_stats(eng_engine *e)
     eng_stats s = e->stats;
     s.waiting = e->n_waiting;
     pthread_mutex_unlock(&e->mu);
+    s.grammar = eng_gmask_get_stats(e->gm); /* its own lock */
     if (e->o.ssd) { /* kv_ssd locks inside */
         s.ssd_on = true;
         s.ssd = kv_ssd_get_stats(e->o.ssd);

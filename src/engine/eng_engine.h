@@ -29,6 +29,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/eng_grammar.h"
+#include "engine/eng_pool.h"
 #include "engine/eng_runtime.h"
 #include "engine/eng_sample.h"
 #include "engine/eng_ssd.h"
@@ -59,6 +61,18 @@ typedef struct {
      * the choice index among n (told apart when seeds are random) */
     bool seed_random;
     int32_t choice;
+    /* constrained decoding (eng_grammar.h, docs/structured-output.md): the
+     * output must be a sentence of grammar (BORROWED during eng_submit, which
+     * retains it), from the first token, or from after one of the trigger
+     * tokens (special tokens such as [TOOL_CALLS]; BORROWED, copied) */
+    gr_grammar *grammar;
+    const int32_t *grammar_triggers;
+    int32_t n_grammar_triggers;
+    /* embeddings: not ENG_POOL_NONE makes this a prefill-only request whose final-normed
+     * hidden states are pooled (eng_pool.h) into the DONE event's embedding; nothing is
+     * sampled (max_tokens and sp are ignored). Modes that read every position take no
+     * cached prefix (last-token pooling does). */
+    eng_pooling pooling;
 } eng_params;
 
 typedef enum { ENG_EV_TOKEN, ENG_EV_DONE, ENG_EV_ERROR } eng_event_kind;
@@ -77,6 +91,9 @@ typedef struct {
     int32_t steps;            /* engine steps this request took part in (prefill chunks + decodes) */
     int32_t resumed_tokens;   /* tokens taken from a generation checkpoint (included in completion) */
     const char *stop_matched; /* BORROWED from the handle: the stop string that ended it, or NULL */
+    float *embedding;         /* OWNED [n_embedding] (eng_event_clear): the pooled hidden state of
+                                 an embedding request (finish STOP); NULL otherwise */
+    int32_t n_embedding;
     /* ERROR */
     kiln_err err;
 } eng_event;
@@ -138,6 +155,9 @@ typedef struct {
     int kv_n_groups;
     int32_t kv_group_window[KV_MAX_GROUPS], kv_group_layers[KV_MAX_GROUPS];
     uint64_t kv_group_bytes_per_token[KV_MAX_GROUPS];
+    /* constrained decoding */
+    uint64_t grammar_requests;   /* requests with a grammar */
+    eng_gmask_stats grammar;     /* masks computed, time, waits, budget redraws */
 } eng_stats;
 
 /* API */

@@ -153,18 +153,61 @@ int32_t eng_sample_row(const eng_sampling *sp, float *logits, int64_t vocab,
                        const int32_t *history, int64_t n_history, eng_rng *rng, void *scratch,
                        eng_sample_out *out)
 {
+    return eng_sample_row_masked(sp, logits, vocab, history, n_history, NULL, rng, scratch, out);
+}
+
+/* Sorted-prefix selection of the candidates within CAND_NATS of the best: the
+ * first `limit` by probability then id. */
+static int32_t select_prefix(cand *c, int32_t n, cand x, int32_t limit)
+{
+    if (n == limit && cand_cmp(&x, &c[n - 1]) >= 0) return n;
+    int32_t j = n < limit ? n++ : n - 1; /* insertion into the sorted prefix */
+    while (j > 0 && cand_cmp(&x, &c[j - 1]) < 0) {
+        c[j] = c[j - 1];
+        j--;
+    }
+    c[j] = x;
+    return n;
+}
+
+int32_t eng_sample_row_masked(const eng_sampling *sp, float *logits, int64_t vocab,
+                              const int32_t *history, int64_t n_history, const uint64_t *allow,
+                              eng_rng *rng, void *scratch, eng_sample_out *out)
+{
     cand *c = scratch;
     int32_t *ibuf = (int32_t *)(c + vocab);
     for (int32_t i = 0; i < sp->n_bias; i++) logits[sp->logit_bias[i].token] += sp->logit_bias[i].bias;
     apply_penalties(sp, logits, history, n_history, vocab, ibuf);
 
+    /* the tokens in play: all, or the allowed ones (a grammar's mask) in id order */
+    int32_t n_ids = 0;
+    if (allow) {
+        for (int64_t w = 0; w < (vocab + 63) / 64; w++)
+            for (uint64_t x = allow[w]; x; x &= x - 1) {
+                int64_t i = w * 64 + __builtin_ctzll(x);
+                if (i < vocab) ibuf[n_ids++] = (int32_t)i;
+            }
+        if (n_ids == 0) return -1;
+    }
+#define EACH(i, ...)                                                                               \
+    do {                                                                                           \
+        if (allow)                                                                                 \
+            for (int32_t k_ = 0; k_ < n_ids; k_++) {                                               \
+                int64_t i = ibuf[k_];                                                              \
+                __VA_ARGS__;                                                                       \
+            }                                                                                      \
+        else                                                                                       \
+            for (int64_t i = 0; i < vocab; i++) {                                                  \
+                __VA_ARGS__;                                                                       \
+            }                                                                                      \
+    } while (0)
+
     /* log-softmax: max, then Σexp in index order */
-    int32_t best = 0;
-    for (int64_t i = 1; i < vocab; i++)
-        if (logits[i] > logits[best]) best = (int32_t)i;
+    int32_t best = allow ? ibuf[0] : 0;
+    EACH(i, if (logits[i] > logits[best]) best = (int32_t)i);
     float mx = logits[best];
     double sum = 0.0;
-    for (int64_t i = 0; i < vocab; i++) sum += exp((double)(logits[i] - mx));
+    EACH(i, sum += exp((double)(logits[i] - mx)));
     float lse = mx + (float)log(sum);
 
     int32_t n = 0;
@@ -179,23 +222,19 @@ int32_t eng_sample_row(const eng_sampling *sp, float *logits, int64_t vocab,
         if (sp->temperature <= 0.0f) limit = sp->top_logprobs;
         else if (sp->top_k > 0) limit = sp->top_k > sp->top_logprobs ? sp->top_k : sp->top_logprobs;
         if (limit <= SELECT_MAX) {
-            for (int64_t i = 0; i < vocab; i++) {
-                if (logits[i] < mx - CAND_NATS) continue;
+            EACH(i, if (logits[i] >= mx - CAND_NATS) {
                 cand x = {(int32_t)i, logits[i] - lse};
-                if (n == limit && cand_cmp(&x, &c[n - 1]) >= 0) continue;
-                int32_t j = n < limit ? n++ : n - 1; /* insertion into the sorted prefix */
-                while (j > 0 && cand_cmp(&x, &c[j - 1]) < 0) {
-                    c[j] = c[j - 1];
-                    j--;
-                }
-                c[j] = x;
-            }
+                n = select_prefix(c, n, x, limit);
+            });
         } else {
-            for (int64_t i = 0; i < vocab; i++)
-                if (logits[i] >= mx - CAND_NATS) c[n++] = (cand){(int32_t)i, logits[i] - lse};
+            EACH(i, if (logits[i] >= mx - CAND_NATS) {
+                cand x = {(int32_t)i, logits[i] - lse};
+                c[n++] = x;
+            });
             qsort(c, (size_t)n, sizeof *c, cand_cmp);
         }
     }
+#undef EACH
     int32_t tok = best;
     if (sp->temperature > 0.0f) {
         int32_t keep = n;

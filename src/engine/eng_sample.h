@@ -8,8 +8,8 @@
  *
  * Order (mlx-lm's): processors on the logits (logit_bias, repetition penalty,
  * presence and frequency penalties over the last `penalty_window` tokens of
- * the history) → log-softmax → top_p → min_p → top_k (each masks on the same
- * log-probabilities) → temperature → sample. temperature 0 is greedy (argmax,
+ * the history) → [a grammar's token mask] → log-softmax → top_p → min_p →
+ * top_k (each masks on the same log-probabilities) → temperature → sample. temperature 0 is greedy (argmax,
  * lowest id on ties). Log-probabilities reported are the log-softmax after the
  * processors and before filters and temperature.
  * The RNG lives in the sequence: the same seed and request give the same tokens
@@ -71,5 +71,13 @@ size_t eng_sample_scratch_bytes(int64_t vocab);
 int32_t eng_sample_row(const eng_sampling *sp, float *logits, int64_t vocab,
                        const int32_t *history, int64_t n_history, eng_rng *rng, void *scratch,
                        eng_sample_out *out);
+/* The same over the tokens whose bit is set in allow ([ceil(vocab/64)] words; a
+ * grammar's mask): after the processors, before log-softmax, filters and
+ * temperature, so every probability (and reported logprob) is the
+ * distribution renormalized over the allowed tokens. allow NULL = all tokens
+ * (bitwise eng_sample_row). Returns -1 when no token is allowed. */
+int32_t eng_sample_row_masked(const eng_sampling *sp, float *logits, int64_t vocab,
+                              const int32_t *history, int64_t n_history, const uint64_t *allow,
+                              eng_rng *rng, void *scratch, eng_sample_out *out);
 
 #endif

@@ -9,8 +9,9 @@
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages,
  * POST /v1/messages/count_tokens, POST /v1/responses, GET /v1/models,
- * GET /health, GET /stats, GET /metrics, GET /fit, POST /tokenize, POST /detokenize
- * (docs/server.md); POST /admin/lease on the unix socket only. The server sees only
+ * GET /health, GET /stats, GET /metrics, GET /fit, POST /tokenize, POST /detokenize,
+ * POST /v1/embeddings, /v1/conversations[/...] and the chat page at / (docs/server.md,
+ * docs/webui.md); POST /admin/lease on the unix socket only. The server sees only
  * engine/eng_engine.h, the tokenizer and the template: never model/ or kv/. Threads: libmicrohttpd
  * runs one thread per connection; each one parses, renders and tokenizes its request, then waits on
  * its engine handle.
@@ -50,12 +51,16 @@ typedef struct {
     double responses_ttl_s;  /* Responses store: seconds an entry lives (default 3600) */
     size_t responses_store_bytes; /* Responses store cap, bytes (default 64 MiB) */
     int tool_parser;         /* srv_tc_family (srv_toolcall.h); -1 = detect from the template */
+    int32_t grammar_ws;      /* constrained JSON: most whitespace bytes between tokens (0 = compact) */
     srv_sampling_defaults defaults;
     unsigned max_connections;
     double timeout_s;        /* per-request wall-clock limit; 0 = none (then cancelled) */
     const char *unix_path;   /* BORROWED during srv_start: also serve on this unix-domain
                                 socket (mode 0600; a stale socket file is replaced, any other
                                 file refused); POST /admin/lease is served only there. NULL = none */
+    const char *data_dir;    /* BORROWED during srv_start: where conversations are kept
+                                (docs/webui.md); NULL = srv_conv_default_dir, "" = not kept */
+    int pooling;             /* eng_pooling forced on /v1/embeddings (--pooling); 0 = the model's */
 } srv_config;
 
 /* What srv_attach makes available. */
@@ -81,6 +86,8 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err);
  * model without one serves /v1/completions only). */
 kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err);
 int srv_port(const srv_server *s);
+/* While the model loads: the fraction done (0..1; < 0 unknown), shown by /health. Any thread. */
+void srv_set_load_progress(srv_server *s, double fraction);
 /* Stops accepting connections; requests in flight continue until the engine
  * ends them (eng_engine_stop cancels them). */
 void srv_quiesce(srv_server *s);

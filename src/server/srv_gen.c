@@ -17,6 +17,7 @@
  * Threads: a gen belongs to its connection's thread; s->mu guards s->active.
  */
 #include "server/srv_int.h"
+#include "server/srv_constraint.h"
 #include "server/srv_reasoning.h"
 #include "server/srv_responses.h"
 #include "server/srv_reply.h"
@@ -61,6 +62,8 @@ struct srv_gen {
     int n_done;
     bool started, finished, think;
     srv_tc_family tc_family; /* SRV_TC_NONE: tool calls are not parsed */
+    gr_grammar *grammar;    /* OWNED: what the output must be (srv_constraint.c); NULL = free */
+    int32_t gtrig[SRV_MAX_TRIGGERS], n_gtrig; /* special tokens after which it starts */
     srv_resp *resp;         /* OWNED: the Responses API output (api SRV_API_RESPONSES) */
     bool registered;        /* on s->active */
     bool timed_out;         /* cfg.timeout_s passed: every choice was cancelled */
@@ -104,38 +107,6 @@ static int dupf(char **out, const char *fmt, ...)
     return n;
 }
 
-/* What the model is made to write first when a call is required (the
- * family's opening markup) or named (up to the arguments). NULL: nothing. */
-static char *tool_prefill(srv_tc_family f, const srv_request *r)
-{
-    if (r->tool_choice != SRV_TOOLS_REQUIRED && r->tool_choice != SRV_TOOLS_NAMED) return NULL;
-    bool named = r->tool_choice == SRV_TOOLS_NAMED;
-    const char *nm = named ? r->tool_name : "";
-    char *out = NULL;
-    int rc = -1;
-    switch (f) {
-    case SRV_TC_HERMES:
-        rc = named ? dupf(&out, "<tool_call>\n{\"name\": \"%s\", \"arguments\": {", nm)
-                   : dupf(&out, "<tool_call>\n");
-        break;
-    case SRV_TC_QWEN3_CODER:
-        rc = named ? dupf(&out, "<tool_call>\n<function=%s>\n", nm) : dupf(&out, "<tool_call>\n");
-        break;
-    case SRV_TC_LLAMA3:
-        rc = named ? dupf(&out, "{\"name\": \"%s\", \"parameters\": {", nm) : dupf(&out, "{\"name\": \"");
-        break;
-    case SRV_TC_MISTRAL:
-        rc = named ? dupf(&out, "[TOOL_CALLS][{\"name\": \"%s\", \"arguments\": {", nm)
-                   : dupf(&out, "[TOOL_CALLS]");
-        break;
-    case SRV_TC_GEMMA:
-        rc = named ? dupf(&out, "<start_function_call>call:%s{", nm) : dupf(&out, "<start_function_call>call:");
-        break;
-    default: break;
-    }
-    return rc < 0 ? NULL : out;
-}
-
 /* Tool calls: which parser, one per choice, and a forced opening for
  * required/named tool_choice (the parser sees it as the model's own text). */
 static int setup_tools(srv_gen *g, srv_error *e)
@@ -148,7 +119,7 @@ static int setup_tools(srv_gen *g, srv_error *e)
                             "a tool-call format cannot carry", r->tool_name);
         return -1;
     }
-    r->prefill = tool_prefill(g->tc_family, r);
+    r->prefill = srv_tool_prefill(g->tc_family, r, g->s->tok);
     for (int i = 0; i < r->n; i++) {
         kiln_err err;
         if (srv_tc_create(g->tc_family, r->tools, &g->c[i].tc, &err)) {
@@ -160,6 +131,15 @@ static int setup_tools(srv_gen *g, srv_error *e)
         srv_buf_free(&sink);
     }
     return 0;
+}
+
+/* The grammar the output must follow (a format, forced or auto tool calls),
+ * knowing whether the model starts inside a think block or may open one. */
+static int build_grammar(srv_gen *g, bool think_open, bool think_maybe, srv_error *e)
+{
+    srv_cctx cx = {.family = g->tc_family, .think_open = think_open, .think_maybe = think_maybe,
+                   .tok = g->s->tok, .ws_max = g->s->cfg.grammar_ws};
+    return srv_constraint_build(&g->r, &cx, &g->grammar, g->gtrig, &g->n_gtrig, e);
 }
 
 /* Prompt ids for the request; the rendered chat text decides whether the
@@ -199,11 +179,16 @@ static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
             return -1;
         }
         g->think = tok_piece_to_id(s->tok, "<think>", 7) >= 0 || strstr(text, "<think>");
-        srv_think_init(&g->c[0].think, g->think, g->think && srv_think_prompt_open(text, strlen(text)));
+        bool open = g->think && srv_think_prompt_open(text, strlen(text));
+        srv_think_init(&g->c[0].think, g->think, open);
         for (int i = 1; i < r->n; i++) g->c[i].think = g->c[0].think;
         free(text);
+        if (build_grammar(g, open, g->think && !open, e)) return -1;
+        if (g->grammar) /* the grammar allows a think block only at the start */
+            for (int i = 0; i < r->n; i++) g->c[i].think.leading = true;
         return 0;
     }
+    if (build_grammar(g, false, false, e)) return -1;
     if (r->prompt_ids) {
         int32_t vocab = tok_vocab_size(s->tok);
         for (int32_t i = 0; i < r->n_prompt_ids; i++)
@@ -285,6 +270,9 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
     p.ignore_eos = r->ignore_eos;
     p.skip_special = r->skip_special && !srv_tc_needs_special(g->tc_family);
     p.want_logprobs = r->logprobs;
+    p.grammar = g->grammar;
+    p.grammar_triggers = g->gtrig;
+    p.n_grammar_triggers = g->n_gtrig;
     uint64_t base = r->set & SRV_SET_SEED ? r->sp.seed
                                          : mix64((uint64_t)time(NULL) ^ (atomic_fetch_add(&s->next_id, 1) << 20));
     for (int i = 0; i < r->n; i++) {
@@ -899,6 +887,7 @@ void srv_gen_free(srv_gen *g)
         json_decref(c->logprobs);
     }
     free(g->c);
+    gr_grammar_release(g->grammar);
     srv_resp_free(g->resp);
     srv_request_free(&g->r);
     free(g);

@@ -20,6 +20,7 @@
 #include "server/srv_int.h"
 #include "server/srv_json.h"
 #include "server/srv_responses.h"
+#include "server/srv_webui.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
 
@@ -58,12 +59,15 @@ typedef enum {
     R_RESPONSES,
     R_FIT,
     R_LEASE,
-    R_CACHE_FLUSH
+    R_CACHE_FLUSH,
+    R_EMBEDDINGS,
+    R_CONVERSATIONS,
+    R_WEBUI
 } route_id;
 
 typedef struct {
     const char *path;
-    const char *method;
+    const char *method; /* NULL: any (the handler answers 405 itself) */
     route_id id;
     int public;    /* no API key needed */
     int unix_only; /* reachable only over --unix (404 over TCP) */
@@ -84,7 +88,12 @@ static const route routes[] = {
     {"/fit", "GET", R_FIT, 0, 0},
     {"/admin/lease", "POST", R_LEASE, 0, 1},
     {"/admin/cache/flush", "POST", R_CACHE_FLUSH, 0, 0},
+    {"/v1/embeddings", "POST", R_EMBEDDINGS, 0, 0},
 };
+/* Routes matched by prefix: the conversations tree, and the chat page's files (public:
+ * the page itself holds nothing; the API calls it makes need the key). */
+static const route conv_route = {"/v1/conversations", NULL, R_CONVERSATIONS, 0, 0};
+static const route webui_route = {"/", "GET", R_WEBUI, 1, 0};
 
 /* The route for path (a trailing slash is forgiven), or NULL. */
 static const route *find_route(const char *url)
@@ -93,6 +102,8 @@ static const route *find_route(const char *url)
     if (n > 1 && url[n - 1] == '/') n--;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (strlen(routes[i].path) == n && !memcmp(routes[i].path, url, n)) return &routes[i];
+    if (!strncmp(url, "/v1/conversations", 17) && (url[17] == 0 || url[17] == '/')) return &conv_route;
+    if (srv_webui_find(url)) return &webui_route;
     return NULL;
 }
 
@@ -106,6 +117,8 @@ typedef struct {
     bool answered;  /* an error was queued on the first call */
     bool via_unix;  /* accepted on the --unix socket */
     int fd;
+    char method[16];  /* of the first call (routes that take several methods) */
+    char url[1024];   /* the path (conversations, page files); longer ones get 404 */
 } srv_conn;
 
 typedef struct {
@@ -132,8 +145,18 @@ static int peer_alive(void *ctx)
 
 /* ---------------------------------------------------------------- responses */
 
+static MHD_RESULT send_bytes(struct MHD_Connection *c, int status, char *text, size_t len,
+                             const char *ctype, const char *const *hdrs);
+
 static MHD_RESULT send_text(struct MHD_Connection *c, int status, char *text, size_t len,
                             const char *ctype)
+{
+    return send_bytes(c, status, text, len, ctype, NULL);
+}
+
+/* text is OWNED (freed by MHD); hdrs: extra name, value pairs, NULL-ended (may be NULL). */
+static MHD_RESULT send_bytes(struct MHD_Connection *c, int status, char *text, size_t len,
+                             const char *ctype, const char *const *hdrs)
 {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, text, text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -142,6 +165,8 @@ static MHD_RESULT send_text(struct MHD_Connection *c, int status, char *text, si
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
+    if (status == 503 || status == 429) MHD_add_response_header(r, "Retry-After", "1");
+    for (size_t i = 0; hdrs && hdrs[i]; i += 2) MHD_add_response_header(r, hdrs[i], hdrs[i + 1]);
     MHD_RESULT rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return rc;
@@ -293,6 +318,75 @@ static MHD_RESULT start_lease(srv_conn *cn, struct MHD_Connection *c)
     return rc;
 }
 
+/* ---------------------------------------------------------------- embeddings, conversations, page */
+
+static MHD_RESULT do_embeddings(srv_conn *cn, struct MHD_Connection *c)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int status = srv_route_embeddings(cn->s, cn->body.p ? cn->body.p : "", cn->body.len, peer_alive,
+                                      &cn->fd, &text, &len);
+    if (status == 499) { /* the client went: nothing to answer */
+        free(text);
+        return MHD_NO;
+    }
+    if (!text) return send_json(cn, c, 500, NULL); /* out of memory */
+    if (status >= 500) KLOG_WARN("srv", "status=%d route=/v1/embeddings", status);
+    srv_metrics_request(cn->s->metrics, cn->rt->path, status);
+    return send_text(c, status, text, len, "application/json");
+}
+
+static MHD_RESULT do_conversations(srv_conn *cn, struct MHD_Connection *c)
+{
+    srv_conv_call call = {
+        .method = cn->method,
+        .rest = cn->url + strlen(conv_route.path),
+        .q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "q"),
+        .limit = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
+        .offset = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "offset"),
+        .body = cn->body.p ? cn->body.p : "",
+        .len = cn->body.len,
+    };
+    json_t *body = NULL;
+    char att[160], disp[220];
+    int status = srv_conv_route(cn->s->conv, cn->s->conv_off, &call, &body, att, sizeof att);
+    if (!att[0]) return send_json(cn, c, status, body);
+    size_t len = 0;
+    char *text = body ? json_dumps(body, JSON_INDENT(1) | JSON_ENSURE_ASCII) : NULL;
+    json_decref(body);
+    if (!text) return send_json(cn, c, 500, NULL);
+    len = strlen(text);
+    snprintf(disp, sizeof disp, "attachment; filename=\"%s\"", att);
+    const char *hdrs[] = {"Content-Disposition", disp, NULL};
+    srv_metrics_request(cn->s->metrics, conv_route.path, status);
+    return send_bytes(c, status, text, len, "application/json", hdrs);
+}
+
+/* The chat page's files: static bytes in the binary, with an ETag (304 when unchanged). */
+static MHD_RESULT do_webui(srv_conn *cn, struct MHD_Connection *c)
+{
+    const srv_asset *a = srv_webui_find(cn->url);
+    if (!a) {
+        srv_error e = srv_error_make(SRV_E_ROUTE, NULL, "no route GET %.200s", cn->url);
+        return send_error(cn, c, &e);
+    }
+    char etag[40];
+    srv_webui_etag(a, etag, sizeof etag);
+    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
+    int status = inm && !strcmp(inm, etag) ? 304 : 200;
+    struct MHD_Response *r = MHD_create_response_from_buffer(status == 304 ? 0 : a->len,
+                                                             (void *)a->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", a->ctype);
+    MHD_add_response_header(r, "ETag", etag);
+    for (size_t i = 0; srv_webui_headers[i]; i += 2)
+        MHD_add_response_header(r, srv_webui_headers[i], srv_webui_headers[i + 1]);
+    MHD_RESULT rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    srv_metrics_request(cn->s->metrics, "/", status);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 static MHD_RESULT do_generate(srv_conn *cn, struct MHD_Connection *c, srv_api api)
@@ -342,6 +436,9 @@ static MHD_RESULT dispatch(srv_conn *cn, struct MHD_Connection *c)
     case R_COUNT_TOKENS: status = srv_route_count_tokens(s, b, cn->body.len, &body); break;
     case R_DETOKENIZE: status = srv_route_detokenize(s, b, cn->body.len, &body); break;
     case R_CACHE_FLUSH: status = srv_route_cache_flush(s, &body); break;
+    case R_EMBEDDINGS: return do_embeddings(cn, c);
+    case R_CONVERSATIONS: return do_conversations(cn, c);
+    case R_WEBUI: return do_webui(cn, c);
     case R_METRICS: {
         srv_buf t = {0};
         status = srv_route_metrics(s, &t);
@@ -382,7 +479,8 @@ static MHD_RESULT first_call(srv_conn *cn, struct MHD_Connection *c, const char 
     if (cn->rt && cn->rt->unix_only && !cn->via_unix) cn->rt = NULL; /* not reachable over TCP */
     if (!cn->rt) {
         e = srv_error_make(SRV_E_ROUTE, NULL, "no route %.100s %.200s", method, url);
-    } else if (strcmp(method, cn->rt->method) != 0) {
+    } else if (cn->rt->method && strcmp(method, cn->rt->method) != 0 &&
+               !(cn->rt->id == R_WEBUI && !strcmp(method, "HEAD"))) {
         e = srv_error_make(SRV_E_METHOD, NULL, "%.100s expects %s, got %.16s", cn->rt->path,
                            cn->rt->method, method);
     } else if (!cn->rt->public && !key_ok(cn->s, c)) {
@@ -408,7 +506,9 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         cn = calloc(1, sizeof *cn);
         if (!cn) return MHD_NO;
         cn->s = s;
-        cn->rt = find_route(url);
+        cn->rt = strlen(url) < sizeof cn->url ? find_route(url) : NULL;
+        snprintf(cn->url, sizeof cn->url, "%s", url);
+        snprintf(cn->method, sizeof cn->method, "%s", method);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         cn->fd = ci ? ci->connect_fd : -1;
         const union MHD_ConnectionInfo *di = MHD_get_connection_info(c, MHD_CONNECTION_INFO_DAEMON);
@@ -582,12 +682,35 @@ srv_config srv_config_default(void)
         .max_queue = 64,
         .thinking = -1,
         .tool_parser = -1,
+        .grammar_ws = 20,
         .responses_ttl_s = 3600,
         .responses_store_bytes = (size_t)64 << 20,
         .defaults = {.temperature = 0.7f, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .top_k = 0},
         .max_connections = 512,
     };
     return c;
+}
+
+/* The conversation store; a folder that cannot be used is a warning, not a refusal to
+ * serve: /v1/conversations then answers 503 saying why. */
+static void open_conversations(srv_server *s, const char *dir)
+{
+    char def[4096];
+    if (dir && !dir[0]) {
+        snprintf(s->conv_off, sizeof s->conv_off, "started with --data-dir ''");
+        return;
+    }
+    if (!dir) {
+        srv_conv_default_dir(def, sizeof def);
+        dir = def;
+    }
+    kiln_err e;
+    if (srv_conv_open(dir, &s->conv, &e) != KILN_OK) {
+        snprintf(s->conv_off, sizeof s->conv_off, "%s", e.msg);
+        KLOG_WARN("srv", "conversations are not stored: %s", e.msg);
+        return;
+    }
+    KLOG_INFO("srv", "conversations db=%s", srv_conv_db_path(s->conv));
 }
 
 kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
@@ -621,6 +744,9 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
     s->cfg.model_id = s->model_id;
     s->cfg.model_dir = s->model_dir;
     s->cfg.api_key = s->api_key;
+    s->cfg.data_dir = NULL; /* borrowed during srv_start only */
+    atomic_store(&s->load_permille, -1);
+    open_conversations(s, c->data_dir);
     if (c->unix_path) {
         kiln_code urc =
             (s->unix_path = strdup(c->unix_path))
@@ -680,6 +806,16 @@ kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
             return kiln_err_prefix(err, "chat template: ");
         }
     }
+    if (s->model_dir) {
+        kiln_code erc = srv_embed_load(s->model_dir, (eng_pooling)s->cfg.pooling, &s->embed, err);
+        if (erc) return kiln_err_prefix(err, "embeddings: ");
+        KLOG_INFO("srv", "embeddings pooling=%s normalize=%d source=\"%s\"%s%s",
+                  eng_pool_name(s->embed.pooling), (int)s->embed.normalize, s->embed.source,
+                  s->embed.unsupported[0] ? " refused=" : "", s->embed.unsupported);
+    } else {
+        s->embed.pooling = s->cfg.pooling ? (eng_pooling)s->cfg.pooling : ENG_POOL_LAST;
+        s->embed.source = "default";
+    }
     s->tool_family = s->cfg.tool_parser >= 0 ? (srv_tc_family)s->cfg.tool_parser
                      : s->chat ? srv_tc_detect(srv_chat_template_text(s->chat, true), s->tok)
                                : SRV_TC_NONE;
@@ -692,6 +828,12 @@ kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
 int srv_port(const srv_server *s)
 {
     return s->port;
+}
+
+void srv_set_load_progress(srv_server *s, double fraction)
+{
+    int pm = fraction < 0 ? -1 : fraction > 1 ? 1000 : (int)(fraction * 1000.0);
+    atomic_store(&s->load_permille, pm);
 }
 
 void srv_quiesce(srv_server *s)
@@ -732,6 +874,8 @@ void srv_stop(srv_server *s)
         unlink(s->unix_path); /* only the file we made */
     free(s->unix_path);
     srv_chat_free(s->chat);
+    srv_embed_cfg_free(&s->embed);
+    srv_conv_close(s->conv);
     json_decref(s->fit);
     srv_rstore_destroy(s->rstore);
     srv_metrics_free(s->metrics);

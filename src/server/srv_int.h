@@ -10,6 +10,8 @@
 
 #include "server/srv.h"
 #include "server/srv_chat.h"
+#include "server/srv_conv.h"
+#include "server/srv_embed.h"
 #include "server/srv_error.h"
 #include "server/srv_metrics.h"
 #include "server/srv_openai.h"
@@ -45,6 +47,10 @@ struct srv_server {
     char *unix_path;                       /* OWNED copy of cfg.unix_path */
     int unix_fd;                           /* owned by mhd_unix once started */
     unsigned long long unix_dev, unix_ino; /* the socket file we made (removed at stop) */
+    srv_embed_cfg embed;           /* /v1/embeddings: pooling read by srv_attach (OWNED fields) */
+    srv_conv_store *conv;          /* OWNED: /v1/conversations; NULL = not stored (conv_off says why) */
+    char conv_off[300];
+    _Atomic int load_permille;     /* model load progress for /health while loading; -1 = unknown */
 };
 
 /* Generation (srv_gen.c) */
@@ -74,6 +80,22 @@ int srv_route_metrics(srv_server *s, srv_buf *text);
 int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body);
 int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **body);
 int srv_route_detokenize(srv_server *s, const char *req, size_t len, json_t **body);
+/* POST /v1/embeddings (srv_embed.c): the status; *text (OWNED) is the JSON body, or
+ * NULL with status 499 when the client went away. alive is polled while waiting. */
+int srv_route_embeddings(srv_server *s, const char *req, size_t len, srv_alive_fn alive,
+                         void *actx, char **text, size_t *text_len);
+/* /v1/conversations (srv_conv_api.c): one call per request. */
+typedef struct {
+    const char *method;       /* "GET", "POST", "PUT", "PATCH", "DELETE" */
+    const char *rest;         /* the URL path after "/v1/conversations" */
+    const char *q, *limit, *offset; /* query arguments or NULL */
+    const char *body;
+    size_t len;
+} srv_conv_call;
+/* Returns the status and sets *body (OWNED); attachment (an bytes) gets a file
+ * name when the answer is a download (export), else "". st NULL: 503 saying why_off. */
+int srv_conv_route(srv_conv_store *st, const char *why_off, const srv_conv_call *c, json_t **body,
+                   char *attachment, size_t an);
 /* SSD cache (srv_ssd.c): POST /admin/cache/flush, and /stats.ssd_cache (NULL on OOM). */
 int srv_route_cache_flush(srv_server *s, json_t **body);
 json_t *srv_ssd_stats_json(const eng_stats *st);

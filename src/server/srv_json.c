@@ -78,13 +78,61 @@ size_t srv_utf8_valid_prefix(const char *s, size_t len)
     return i;
 }
 
-kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err)
+/* Strings with U+0000 become the same text with U+FFFD in its place: every
+ * consumer reads C strings, where a NUL would cut the text short in silence. */
+static void replace_nul(json_t *j)
+{
+    if (json_is_string(j)) {
+        const char *v = json_string_value(j);
+        size_t n = json_string_length(j);
+        if (!memchr(v, 0, n)) return;
+        char *t = malloc(3 * n + 1);
+        if (!t) return;
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (v[i]) {
+                t[o++] = v[i];
+            } else { /* EF BF BD */
+                t[o++] = (char)0xef;
+                t[o++] = (char)0xbf;
+                t[o++] = (char)0xbd;
+            }
+        }
+        json_string_setn_nocheck(j, t, o);
+        free(t);
+    } else if (json_is_array(j)) {
+        for (size_t i = 0; i < json_array_size(j); i++) replace_nul(json_array_get(j, i));
+    } else if (json_is_object(j)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) replace_nul(v);
+    }
+}
+
+static int has_nul_escape(const char *s, size_t n)
+{
+    for (const char *p = s; (p = memchr(p, '\\', n - (size_t)(p - s))) && n - (size_t)(p - s) >= 6; p++)
+        if (!memcmp(p, "\\u0000", 6)) return 1;
+    return 0;
+}
+
+kiln_code srv_json_parse(const char *body, size_t len, json_t **out, kiln_err *err)
 {
     json_error_t je;
-    *out = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    /* \u0000 is valid JSON (a client sends back model output that held a NUL
+     * byte): accepted, and replaced (replace_nul) before anyone reads it */
+    *out = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!*out)
         return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", je.line,
                          je.column, je.text);
+    if (has_nul_escape(body, len)) replace_nul(*out);
+    return KILN_OK;
+}
+
+kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err)
+{
+    kiln_code rc = srv_json_parse(body, len, out, err);
+    if (rc) return rc;
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = NULL;

@@ -12,8 +12,11 @@
 #include "util/kiln_err.h"
 
 /* API */
-/* Parses a request body that must be one JSON object (duplicate keys refused).
- * *out is new (json_decref) on success; KILN_E_INVALID with line/column else. */
+/* Parses a request body: one JSON value, duplicate keys refused; \u0000 in a
+ * string is accepted and read as U+FFFD (C strings end at a NUL). *out is new
+ * (json_decref) on success; KILN_E_INVALID with line/column else. */
+kiln_code srv_json_parse(const char *body, size_t len, json_t **out, kiln_err *err);
+/* srv_json_parse, and the value must be an object. */
 kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln_err *err);
 /* New JSON string from len bytes (any bytes); NULL only when out of memory. */
 json_t *srv_json_text(const char *s, size_t len);

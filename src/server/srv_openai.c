@@ -8,6 +8,8 @@
  * Threads: no shared state; any HTTP thread.
  */
 #include "server/srv_openai.h"
+#include "server/srv_constraint.h"
+#include "server/srv_json.h"
 #include "server/srv_toolreq.h"
 
 #include <math.h>
@@ -421,22 +423,15 @@ kiln_code srv_parse_request(srv_api api, const char *body, size_t len, srv_reque
     out->skip_special = true;
     out->add_generation_prompt = true;
     out->parallel_tool_calls = true;
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return kiln_fail(err, KILN_E_INVALID, "invalid JSON at line %d column %d: %.120s", jerr.line,
-                         jerr.column, jerr.text);
-    kiln_code rc;
-    if (!json_is_object(root)) {
-        rc = kiln_fail(err, KILN_E_INVALID, "the request body must be a JSON object, got %s",
-                       type_name(root));
-        goto done;
-    }
+    json_t *root = NULL;
+    kiln_code rc = srv_json_parse_object(body, len, &root, err);
+    if (rc) return rc;
     if ((rc = api == SRV_API_CHAT ? parse_messages(root, out, param, err)
                                   : parse_prompt(root, out, param, err)))
         goto done;
     if ((rc = parse_options(root, out, param, err))) goto done;
     if ((rc = parse_sampling(root, out, param, err))) goto done;
+    if ((rc = srv_parse_format(root, out, param, err))) goto done;
     rc = parse_thinking(root, out, param, err);
 done:
     json_decref(root);
@@ -453,6 +448,8 @@ void srv_request_free(srv_request *r)
     free(r->prefill);
     free(r->previous_response_id);
     json_decref(r->template_kwargs);
+    json_decref(r->schema);
+    free(r->grammar);
     free(r->prompt);
     free(r->prompt_ids);
     free(r->bias);

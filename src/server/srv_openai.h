@@ -41,6 +41,9 @@ enum {
 /* tool_choice */
 typedef enum { SRV_TOOLS_AUTO, SRV_TOOLS_NONE, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED } srv_tool_choice;
 
+/* the output's format (srv_constraint.c) */
+typedef enum { SRV_FMT_TEXT, SRV_FMT_JSON_OBJECT, SRV_FMT_JSON_SCHEMA, SRV_FMT_GRAMMAR } srv_format;
+
 typedef struct {
     srv_api api;
     char *model;             /* OWNED; NULL when absent */
@@ -68,6 +71,12 @@ typedef struct {
     int32_t top_logprobs;    /* 0..ENG_MAX_TOP_LOGPROBS */
     int32_t n;               /* 1..SRV_MAX_N */
     bool stream, include_usage, echo, ignore_eos, skip_special;
+    /* constrained output (srv_constraint.c) */
+    srv_format format;
+    json_t *schema;          /* OWNED: the JSON Schema (SRV_FMT_JSON_SCHEMA) */
+    bool schema_strict;      /* json_schema.strict: no unlisted properties unless allowed */
+    char *grammar;           /* OWNED: GBNF text (SRV_FMT_GRAMMAR) */
+    char format_param[24];   /* the field the format came from, for errors */
     /* Responses API (srv_responses.c) */
     bool store;              /* keep this response for previous_response_id */
     bool instructions;       /* messages[0] came from `instructions` (not carried on) */

@@ -46,9 +46,12 @@ static int emit(srv_think *t, const char *s, size_t n, srv_buf *content, srv_buf
 {
     if (t->inside) return srv_buf_add(reasoning, s, n);
     if (t->after_close) {
-        while (n && (*s == '\n' || *s == '\r')) s++, n--;
+        while (n && (*s == '\n' || *s == '\r'))
+            s++, n--;
         if (n) t->after_close = false;
     }
+    for (size_t i = 0; i < n && !t->content; i++)
+        t->content = s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t';
     return srv_buf_add(content, s, n);
 }
 
@@ -65,6 +68,7 @@ static int split(srv_think *t, const char *s, size_t n, srv_buf *content, srv_bu
     while (n) {
         const char *tag = t->inside ? CLOSE : OPEN;
         size_t tl = t->inside ? sizeof CLOSE - 1 : sizeof OPEN - 1;
+        if (t->leading && !t->inside && t->content) return emit(t, s, n, content, reasoning);
         const char *f = find(s, n, tag, tl);
         if (!f) {
             size_t keep = partial_tail(s, n, tag, tl);
@@ -76,6 +80,7 @@ static int split(srv_think *t, const char *s, size_t n, srv_buf *content, srv_bu
         if (emit(t, s, (size_t)(f - s), content, reasoning)) return -1;
         t->inside = !t->inside;
         t->after_close = !t->inside;
+        if (t->leading && !t->inside) t->content = true; /* one block, then content only */
         n -= (size_t)(f - s) + tl;
         s = f + tl;
     }

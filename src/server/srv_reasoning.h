@@ -23,6 +23,9 @@ typedef struct {
     bool enabled;     /* false: everything is content */
     bool inside;      /* in a think block */
     bool after_close; /* just left one: drop leading newlines */
+    bool leading;     /* only a block at the very start counts (a grammar constrains the rest:
+                         "<think>" later is text, e.g. inside a JSON string); set after init */
+    bool content;     /* non-whitespace content emitted */
     char hold[16];    /* a possible partial tag */
     size_t n_hold;
 } srv_think;

@@ -192,6 +192,25 @@ static kiln_code rewrite(srv_rstore *store, json_t *in, json_t *out, bool *instr
     if (mot) json_object_set(out, "max_tokens", mot);
     json_t *effort = json_object_get(json_object_get(in, "reasoning"), "effort");
     if (json_is_string(effort)) json_object_set(out, "reasoning_effort", effort);
+    /* text.format {type: text|json_object|json_schema (name, schema, strict flat)} → response_format */
+    json_t *text = json_object_get(in, "text");
+    if (text && !json_is_null(text)) {
+        json_t *fmt = json_object_get(text, "format");
+        if (!json_is_object(text) || (fmt && !json_is_null(fmt) && !json_is_object(fmt)))
+            return bad(err, param, "text", "must be an object with an object 'format'");
+        const char *ty = json_string_value(json_object_get(fmt, "type"));
+        if (ty && !strcmp(ty, "json_schema")) {
+            json_t *js = json_object();
+            static const char *const keys[] = {"name", "schema", "strict", "description"};
+            for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+                json_t *v = json_object_get(fmt, keys[k]);
+                if (v) json_object_set(js, keys[k], v);
+            }
+            json_object_set_new(out, "response_format", json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+        } else if (fmt && !json_is_null(fmt)) {
+            json_object_set(out, "response_format", fmt);
+        }
+    }
     return rewrite_tools(in, out, param, err);
 }
 
@@ -221,9 +240,11 @@ kiln_code srv_parse_responses(srv_rstore *store, const char *body, size_t len, s
     if (rc) {
         if (!strcmp(param, "max_tokens")) snprintf(param, 64, "max_output_tokens");
         if (!strcmp(param, "messages")) snprintf(param, 64, "input");
+        if (!strcmp(param, "response_format")) snprintf(param, 64, "text");
         return rc;
     }
     out->api = SRV_API_RESPONSES;
+    if (!strcmp(out->format_param, "response_format")) snprintf(out->format_param, sizeof out->format_param, "text");
     out->store = do_store;
     out->instructions = instr;
     out->previous_response_id = prev_id[0] ? strdup(prev_id) : NULL;

@@ -33,6 +33,17 @@ int srv_route_models(srv_server *s, json_t **body)
     *body = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
                       s->model_id, "object", "model", "created", (json_int_t)created, "owned_by",
                       "kiln", "max_model_len", (int)s->cfg.ctx);
+    /* what the served model can do (the chat page picks chat or completion mode from it) */
+    json_t *caps = json_array(), *m = *body ? json_array_get(json_object_get(*body, "data"), 0) : NULL;
+    if (caps && m) {
+        json_array_append_new(caps, json_string("completion"));
+        if (s->chat) json_array_append_new(caps, json_string("chat"));
+        if (s->chat && s->tool_family != SRV_TC_NONE) json_array_append_new(caps, json_string("tools"));
+        if (!s->embed.unsupported[0]) json_array_append_new(caps, json_string("embeddings"));
+        json_object_set_new(m, "capabilities", caps);
+        caps = NULL;
+    }
+    json_decref(caps);
     return 200;
 }
 
@@ -43,10 +54,13 @@ int srv_route_health(srv_server *s, json_t **body)
         return 503;
     }
     if (!atomic_load(&s->engine)) {
-        *body = json_pack("{s:s}", "status", "loading");
+        int pm = atomic_load(&s->load_permille);
+        *body = pm >= 0 ? json_pack("{s:s, s:s, s:f}", "status", "loading", "model", s->model_id,
+                                    "progress", pm / 1000.0)
+                        : json_pack("{s:s, s:s}", "status", "loading", "model", s->model_id);
         return 503;
     }
-    *body = json_pack("{s:s}", "status", "ok");
+    *body = json_pack("{s:s, s:s}", "status", "ok", "model", s->model_id);
     return 200;
 }
 
@@ -126,6 +140,13 @@ int srv_route_stats(srv_server *s, json_t **body)
         json_object_set_new(ej, "leases", json_integer(st.leases));
         json_object_set_new(ej, "isa", json_string(st.isa ? st.isa : ""));
         json_object_set_new(ej, "matmul", json_string(st.matmul ? st.matmul : ""));
+        /* constrained decoding (docs/structured-output.md) */
+        json_object_set_new(ej, "grammar",
+                            json_pack("{s:I, s:I, s:f, s:f, s:I}", "requests",
+                                      (json_int_t)st.grammar_requests, "masks",
+                                      (json_int_t)st.grammar.masks, "mask_s", st.grammar.mask_s,
+                                      "wait_s", st.grammar.wait_s, "budget_redraws",
+                                      (json_int_t)st.grammar.budget_redraws));
     }
     json_t *adm = j ? admission_json(s, &st) : NULL;
     if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */

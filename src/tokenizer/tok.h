@@ -85,6 +85,13 @@ int32_t tok_vocab_size(const tok_tokenizer *t); /* max id + 1 (model vocab and a
 const char *tok_token_to_piece(const tok_tokenizer *t, int32_t id, size_t *len);
 int32_t tok_piece_to_id(const tok_tokenizer *t, const char *piece, size_t len); /* -1 if none */
 bool tok_is_special(const tok_tokenizer *t, int32_t id);
+/* The raw bytes token id adds to decoded text after other tokens (what
+ * tok_stream returns for it once started; a special token gives its content):
+ * may be an incomplete UTF-8 character on its own (byte-level and byte-fallback
+ * pieces). *bytes is a new malloc'd buffer (NUL-terminated) the caller frees;
+ * KILN_E_INVALID for an id outside the vocabulary. Grammar masks use this. */
+kiln_code tok_token_bytes(const tok_tokenizer *t, int32_t id, char **bytes, size_t *len,
+                          kiln_err *err);
 int32_t tok_bos_id(const tok_tokenizer *t); /* from tokenizer_config bos_token; -1 if none */
 int32_t tok_eos_id(const tok_tokenizer *t); /* from tokenizer_config eos_token; -1 if none */
 bool tok_adds_bos(const tok_tokenizer *t);  /* does TOK_ADD_SPECIAL put BOS first? */

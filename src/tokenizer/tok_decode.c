@@ -251,6 +251,17 @@ static kiln_code run(const tok_dec *d, chain *c, tok_rx *rx, kiln_err *err)
     return kiln_fail(err, KILN_E_INTERNAL, "decoder: bad kind %d", (int)d->kind);
 }
 
+/* Does the chain hold a Replace (the only step that needs a regex context)?
+ * Making the context costs a JIT stack (an mmap): not per token for nothing. */
+static bool needs_rx(const tok_dec *d)
+{
+    if (d->kind == TOK_DEC_REPLACE) return d->pat.is_regex;
+    if (d->kind == TOK_DEC_SEQUENCE)
+        for (size_t i = 0; i < d->n_subs; i++)
+            if (needs_rx(&d->subs[i])) return true;
+    return false;
+}
+
 kiln_code tok_dec_run(const tok_tokenizer *t, const int32_t *ids, size_t n, bool first, bool whole,
                       tok_buf *out, kiln_err *err)
 {
@@ -270,7 +281,7 @@ kiln_code tok_dec_run(const tok_tokenizer *t, const int32_t *ids, size_t n, bool
     chain c = {&a, &b, false, first, whole};
     tok_rx rx = {0};
     if (rc == KILN_OK && t->dec) {
-        if (tok_rx_init(&rx)) rc = nomem(err);
+        if (needs_rx(t->dec) && tok_rx_init(&rx)) rc = nomem(err);
         if (rc == KILN_OK) rc = run(t->dec, &c, &rx, err);
     }
     for (size_t i = 0; i < c.cur->n && rc == KILN_OK; i++) {
@@ -326,5 +337,22 @@ kiln_code tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsig
     }
     *text = out.p;
     if (len) *len = out.len;
+    return KILN_OK;
+}
+
+kiln_code tok_token_bytes(const tok_tokenizer *t, int32_t id, char **bytes, size_t *len,
+                          kiln_err *err)
+{
+    *bytes = NULL;
+    *len = 0;
+    tok_buf raw = {0};
+    kiln_code rc = tok_dec_run(t, &id, 1, false, false, &raw, err);
+    if (rc == KILN_OK && tok_buf_putc(&raw, '\0')) rc = nomem(err);
+    if (rc != KILN_OK) {
+        tok_buf_free(&raw);
+        return rc;
+    }
+    *bytes = raw.p;
+    *len = raw.len - 1;
     return KILN_OK;
 }

@@ -32,6 +32,8 @@ uint64_t plat_rss_bytes(void); /* current resident set; 0 if unknown */
 uint64_t plat_peak_rss_bytes(void);
 uint64_t plat_total_memory(void);
 int plat_is_dir(const char *path);
+/* The folder of the running executable (no trailing slash) into out; -1 if unknown. */
+int plat_exe_dir(char *out, size_t n);
 int plat_is_file(const char *path);
 
 #endif

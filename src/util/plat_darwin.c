@@ -4,7 +4,12 @@
 #if defined(__APPLE__)
 #include "util/plat.h"
 
+#include <limits.h>
+#include <mach-o/dyld.h>
 #include <mach/mach.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/sysctl.h>
 
@@ -29,6 +34,18 @@ uint64_t plat_total_memory(void)
     uint64_t v = 0;
     size_t len = sizeof v;
     return sysctlbyname("hw.memsize", &v, &len, NULL, 0) == 0 ? v : 0;
+}
+
+int plat_exe_dir(char *out, size_t n)
+{
+    char raw[4096], real[PATH_MAX];
+    uint32_t len = sizeof raw;
+    if (_NSGetExecutablePath(raw, &len) != 0 || !realpath(raw, real)) return -1;
+    char *slash = strrchr(real, '/');
+    if (!slash) return -1;
+    *slash = 0;
+    if ((size_t)snprintf(out, n, "%s", real[0] ? real : "/") >= n) return -1;
+    return 0;
 }
 
 #else

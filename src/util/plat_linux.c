@@ -47,6 +47,19 @@ uint64_t plat_total_memory(void)
     return pages > 0 ? (uint64_t)pages * plat_page_size() : 0;
 }
 
+int plat_exe_dir(char *out, size_t n)
+{
+    char buf[4096];
+    ssize_t k = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (k <= 0) return -1;
+    buf[k] = 0;
+    char *slash = strrchr(buf, '/');
+    if (!slash) return -1;
+    *slash = 0;
+    if ((size_t)snprintf(out, n, "%s", buf[0] ? buf : "/") >= n) return -1;
+    return 0;
+}
+
 #else
 typedef int plat_linux_unused; /* ISO C forbids an empty translation unit */
 #endif

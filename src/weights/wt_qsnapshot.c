@@ -69,6 +69,8 @@ typedef struct {
     uint32_t *qw;    /* OWNED */
     void *qs, *qb;   /* OWNED */
     uint64_t params; /* logical parameter count (index metadata) */
+    const wt_quant_opts *o; /* BORROWED: the progress callback */
+    uint64_t done, total;   /* output bytes written / to write (progress) */
 } qs_ctx;
 
 /* Files copied as they are when present. */
@@ -375,6 +377,8 @@ static kiln_code fill_one(void *ctx, int index, void *dst, uint64_t nbytes, kiln
                (size_t)nbytes);
         break;
     }
+    q->done += nbytes;
+    if (!c && q->o && q->o->progress) q->o->progress(q->o->progress_user, q->done, q->total);
     return c;
 }
 
@@ -510,7 +514,7 @@ kiln_code wt_quantize_snapshot_ex(const char *in_dir, const char *out_dir,
     if (!o.group_size) o.group_size = 64;
     wt_config cfg;
     wt_set *ws = NULL;
-    qs_ctx q = {.in_dir = in_dir, .gs = o.group_size};
+    qs_ctx q = {.in_dir = in_dir, .gs = o.group_size, .o = &o};
     json_t *qcfg =
         json_pack("{s:i, s:i, s:s}", "group_size", o.group_size, "bits", o.bits, "mode", "affine");
     kiln_code c = check_opts(&o, err);
@@ -527,6 +531,10 @@ kiln_code wt_quantize_snapshot_ex(const char *in_dir, const char *out_dir,
     if (!c) c = model_dtype(&o, &cfg, ws, &q.dtype, err);
     if (!c) c = prepare_out_dir(in_dir, out_dir, err);
     if (!c) c = plan_all(&q, ws, &cfg, &o, qcfg, err);
+    for (int i = 0; !c && i < q.n; i++) {
+        int ok;
+        q.total += wt_tensor_bytes(q.out[i].dtype, q.out[i].ndim, q.out[i].shape, &ok);
+    }
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
     const char *meta[] = {"format", "mlx"};

@@ -31,6 +31,10 @@ typedef struct {
                          * the embedding's stored dtype */
     const char *recipe; /* NULL, or "mixed_2_6", "mixed_3_4", "mixed_3_6", "mixed_4_6"
                          * (mlx-lm --quant-predicate): per-module bits, written as overrides */
+    /* progress (may be NULL): after each output tensor is written, the output bytes
+     * done and their total; progress_user is passed back */
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *progress_user;
 } wt_quant_opts;
 
 /* API */

@@ -16,6 +16,8 @@ E2E_FAIL=0
 E2E_PIDS=()
 E2E_TMP="$(mktemp -d)"
 export NODE_PATH="$E2E_DIR/node_modules"
+# servers keep conversations under $XDG_DATA_HOME/kiln by default: never the tester's own
+export XDG_DATA_HOME="$E2E_TMP/xdg-data"
 
 e2e_cleanup() {
   for p in "${E2E_PIDS[@]:-}"; do

@@ -116,6 +116,27 @@ static void test_invalid_json_is_400_with_position(void)
     ASSERT_CODE(srv_parse_request(SRV_API_CHAT, "", 0, &r, param, &err), KILN_E_INVALID);
 }
 
+static void test_nul_in_a_string_is_read_as_replacement_character(void)
+{
+    /* a client sends back model output that held a NUL byte: valid JSON, and
+     * the text keeps its length (U+FFFD in place of the NUL) */
+    const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}],"
+                    "\"stop\":\"x\\u0000\"}";
+    srv_request r;
+    char param[64];
+    kiln_err err;
+    ASSERT_OK(parse(SRV_API_CHAT, b, &r, param, &err));
+    json_t *c = json_object_get(json_array_get(r.messages, 0), "content");
+    ASSERT_TRUE(json_string_length(c) == 5);
+    ASSERT_STR_EQ(json_string_value(c), "a\xef\xbf\xbd" "b");
+    srv_request_free(&r);
+    /* an escaped backslash before u0000 is plain text */
+    ASSERT_OK(parse(SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"\\\\u0000\"}]}", &r,
+                    param, &err));
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(r.messages, 0), "content")), "\\u0000");
+    srv_request_free(&r);
+}
+
 static void test_content_parts_are_joined_and_developer_becomes_system(void)
 {
     const char *b = "{\"messages\":[{\"role\":\"developer\",\"content\":\"rules\"},{\"role\":\"user\","
@@ -248,6 +269,7 @@ int main(void)
     RUN(test_all_sampling_fields_are_read);
     RUN(test_type_and_range_errors_name_the_field);
     RUN(test_invalid_json_is_400_with_position);
+    RUN(test_nul_in_a_string_is_read_as_replacement_character);
     RUN(test_content_parts_are_joined_and_developer_becomes_system);
     RUN(test_image_parts_are_unsupported);
     RUN(test_reasoning_effort_none_disables_thinking);
