@@ -174,7 +174,8 @@ gr_expr gr_class(gr_builder *b, const uint32_t *pairs, size_t n_pairs, bool nega
         v[2 * n + 1] = hi;
         n++;
     }
-    qsort(v, n, 2 * sizeof *v, cmp_pair);
+    if (n > 1) /* qsort(NULL, 0) is undefined */
+        qsort(v, n, 2 * sizeof *v, cmp_pair);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         if (m && v[2 * i] <= w[2 * m - 1] + 1) {

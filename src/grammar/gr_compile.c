@@ -680,7 +680,8 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
         d->cls[i] = (uint8_t)nc;
     }
     d->n_classes = nc + 1;
-    qsort(syms.v, (size_t)syms.n, sizeof *syms.v, cmp_i32);
+    if ((size_t)syms.n > 1) /* qsort(NULL, 0) is undefined */
+        qsort(syms.v, (size_t)syms.n, sizeof *syms.v, cmp_i32);
     int32_t ns = 0;
     for (int32_t i = 0; i < syms.n; i++)
         if (i == 0 || syms.v[i] != syms.v[i - 1]) syms.v[ns++] = syms.v[i];
@@ -696,7 +697,8 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
     ivec coff = {0};
     int added;
     if (closure(cl, &s, 1, &cur)) goto nomem2;
-    qsort(cur.v, (size_t)cur.n, sizeof *cur.v, cmp_i32);
+    if ((size_t)cur.n > 1) /* qsort(NULL, 0) is undefined */
+        qsort(cur.v, (size_t)cur.n, sizeof *cur.v, cmp_i32);
     if (setmap_get(&m, cur.v, cur.n, &added) < 0) goto nomem2;
     for (int32_t D = 0; D + 1 < m.off.n; D++) {
         if ((D & 255) == 0 && gr_b_check_time(b)) goto fail;
@@ -725,7 +727,8 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
         int32_t row = trans.n;
         for (int c = 0; c < d->n_classes; c++)
             if (VPUSH(trans, -1)) goto nomem2;
-        qsort(moves.v, (size_t)moves.n, sizeof *moves.v, cmp_kt);
+        if ((size_t)moves.n > 1) /* qsort(NULL, 0) is undefined */
+            qsort(moves.v, (size_t)moves.n, sizeof *moves.v, cmp_kt);
         for (int32_t i = 0; i < moves.n;) {
             int32_t j = i, key = moves.v[i].key;
             tmp.n = 0;
@@ -736,7 +739,8 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
             }
             cur.n = 0;
             if (closure(cl, tmp.v, tmp.n, &cur)) goto nomem2;
-            qsort(cur.v, (size_t)cur.n, sizeof *cur.v, cmp_i32);
+            if ((size_t)cur.n > 1) /* qsort(NULL, 0) is undefined */
+                qsort(cur.v, (size_t)cur.n, sizeof *cur.v, cmp_i32);
             int32_t T = setmap_get(&m, cur.v, cur.n, &added);
             if (T < 0) goto nomem2;
             if (key < 256)
@@ -1203,7 +1207,8 @@ static int left_recursion(gr_grammar *g, gr_builder *b)
             }
         }
     }
-    qsort(ed.v, (size_t)ed.n, sizeof *ed.v, cmp_kt);
+    if ((size_t)ed.n > 1) /* qsort(NULL, 0) is undefined */
+        qsort(ed.v, (size_t)ed.n, sizeof *ed.v, cmp_kt);
     for (int32_t i = 0; i < ed.n; i++)
         adj_off[ed.v[i].key + 1]++;
     for (int32_t r = 0; r < R; r++)

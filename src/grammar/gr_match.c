@@ -255,7 +255,8 @@ static int closure(gr_matcher *m, int32_t s)
 static int32_t out_intern(gr_matcher *m)
 {
     if (m->out.n == 0) return DEAD;
-    qsort(m->out.v, (size_t)m->out.n, sizeof *m->out.v, cmp_i32);
+    if ((size_t)m->out.n > 1) /* qsort(NULL, 0) is undefined */
+        qsort(m->out.v, (size_t)m->out.n, sizeof *m->out.v, cmp_i32);
     int32_t k = 0;
     for (int32_t i = 0; i < m->out.n; i++)
         if (i == 0 || m->out.v[i] != m->out.v[i - 1]) m->out.v[k++] = m->out.v[i];

@@ -209,7 +209,8 @@ kiln_code gr_vocab_create(const tok_tokenizer *tok, gr_vocab **out, kiln_err *er
     }
     for (int32_t i = 0; i < n_ok; i++)
         keys[i] = (tokkey){v->bytes + v->off[ids[i]], v->off[ids[i] + 1] - v->off[ids[i]], ids[i]};
-    qsort(keys, (size_t)n_ok, sizeof *keys, cmp_tok);
+    if ((size_t)n_ok > 1) /* qsort(NULL, 0) is undefined */
+        qsort(keys, (size_t)n_ok, sizeof *keys, cmp_tok);
     for (int32_t i = 0; i < n_ok; i++)
         ids[i] = keys[i].id;
     free(keys);
