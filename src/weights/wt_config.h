@@ -38,6 +38,8 @@ typedef enum {
     WT_ARCH_GEMMA3_MM,   /* Gemma3ForConditionalGeneration (gemma3): the text path */
     WT_ARCH_GEMMA4,      /* Gemma4ForConditionalGeneration (gemma4): the text path */
     WT_ARCH_GEMMA4_TEXT, /* Gemma4ForCausalLM (gemma4_text) */
+    WT_ARCH_QWEN3_5, /* Qwen3_5ForConditionalGeneration (text path) / Qwen3_5ForCausalLM:
+                        hybrid gated DeltaNet + gated attention (wt_config_qwen35) */
     WT_ARCH_COUNT
 } wt_arch;
 
@@ -137,6 +139,14 @@ typedef struct {
     int64_t gen_top_k;
     bool has_gen_temperature, has_gen_top_p, has_gen_top_k, has_gen_min_p,
         has_gen_repetition_penalty;
+    /* hybrid models (Qwen3.5, docs/hybrid.md): which layers are linear attention
+     * (gated DeltaNet) and their geometry; full-attention layers use the fields above */
+    int64_t full_attn_interval; /* layer i is full attention iff (i+1) % N == 0; 0 = not hybrid */
+    uint8_t *layer_linear;      /* OWNED [n_layers] or NULL: 1 = gated-DeltaNet layer */
+    int64_t lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim; /* Hk, Hv, Dk, Dv */
+    int64_t lin_conv;                                       /* causal conv kernel K */
+    bool attn_output_gate; /* q_proj emits [query, gate] per head */
+    bool has_vision;       /* a vision_config (the vision tower is not run) */
 } wt_config;
 
 /* API */

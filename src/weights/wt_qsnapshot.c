@@ -14,6 +14,8 @@
  *       (every such tensor in Llama/Mistral/Qwen2/Qwen3 is a Linear or the
  *        embedding; norms are 1-D); 3-D ones are expert stacks, quantized
  *       per expert (row by row: scales/biases [E, rows, cols / group])
+ *   vision-tower tensors (model.visual.*; kiln runs the text path)  -> not quantized
+ *   *.A_log (Qwen3.5 DeltaNet decay; mlx-lm's cast_predicate)    -> kept as stored (F32)
  *   other float tensors                                          -> cast to the model dtype
  *   integer tensors                                              -> copied
  * Floats are first rounded to the model dtype (convert casts before it
@@ -66,9 +68,9 @@ typedef struct {
     /* cache: the module last quantized (its source and first row) */
     const wt_tensor *cached;
     int64_t cached_r0;
-    uint32_t *qw;    /* OWNED */
-    void *qs, *qb;   /* OWNED */
-    uint64_t params; /* logical parameter count (index metadata) */
+    uint32_t *qw;           /* OWNED */
+    void *qs, *qb;          /* OWNED */
+    uint64_t params;        /* logical parameter count (index metadata) */
     const wt_quant_opts *o; /* BORROWED: the progress callback */
     uint64_t done, total;   /* output bytes written / to write (progress) */
 } qs_ctx;
@@ -225,6 +227,13 @@ static kiln_code plan_all(qs_ctx *q, const wt_set *ws, const wt_config *cfg, con
             continue;
         if (strlen(t->name) >= 1000)
             return kiln_fail(err, KILN_E_UNSUPPORTED, "quantize: tensor name too long");
+        if (ends_with(t->name, ".A_log")) {
+            q->params += (uint64_t)t->numel;
+            kiln_code c = add_item(q, QS_COPY, t, NULL, 0, t->name, t->dtype, t->ndim, t->shape, err);
+            if (c) return c;
+            continue;
+        }
+        bool vision = strncmp(t->name, "model.visual.", 13) == 0;
         wt_qf_out outs[2];
         int n_out = wt_qf_map(cfg, t, outs);
         for (int k = 0; k < n_out; k++) {
@@ -235,7 +244,7 @@ static kiln_code plan_all(qs_ctx *q, const wt_set *ws, const wt_config *cfg, con
             char mod[1024];
             int bits = o->bits, group = q->gs;
             bool expl = false;
-            if (is_float(t->dtype) && (mo->ndim == 2 || mo->ndim == 3) &&
+            if (!vision && is_float(t->dtype) && (mo->ndim == 2 || mo->ndim == 3) &&
                 ends_with(mo->name, ".weight") && last > 0 && last % q->gs == 0) {
                 snprintf(mod, sizeof mod, "%.*s", (int)(strlen(mo->name) - 7), mo->name);
                 if ((c = recipe_bits(o, cfg->n_layers, mod, &bits, err))) return c;
