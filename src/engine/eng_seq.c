@@ -308,6 +308,7 @@ kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n
             .pos0 = s->n_cached,
             .n_logits = it->n_logits,
             .rope_len = s->n_tokens, /* every known token: chunking never changes RoPE */
+            .lora = it->lora,
         };
         for (int g = 0; g < s->n_groups; g++)
             seqs[i].blocks[g] = s->blocks[g];
@@ -321,7 +322,7 @@ kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n
     if (rc) return rc;
     for (int32_t i = 0; i < n_items; i++) {
         items[i].seq->n_cached += items[i].n_run;
-        publish_full(items[i].seq, kv, ns);
+        publish_full(items[i].seq, kv, mdl_lora_set_ns(items[i].lora, ns));
         drop_old(items[i].seq, kv);
     }
     return KILN_OK;

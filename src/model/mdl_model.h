@@ -21,6 +21,7 @@
 
 #include "kernels/kn_pool.h"
 #include "kv/kv_pool.h"
+#include "model/mdl_lora.h"
 #include "model/mdl_plan.h"
 #include "util/kiln_err.h"
 #include "weights/wt_config.h"
@@ -40,6 +41,8 @@ typedef struct {
     int32_t rope_len; /* sequence length dynamic-NTK RoPE scales for (HF uses the
                          length of the forward: the whole prompt at prefill, pos+1
                          when decoding); 0 = pos0 + n_tokens */
+    const mdl_lora_set *lora; /* BORROWED or NULL: the LoRA adapters this sequence runs with
+                                 (mdl_lora.h); NULL or n == 0 = the base model */
 } mdl_seq;
 
 typedef struct {
