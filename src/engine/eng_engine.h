@@ -73,6 +73,10 @@ typedef struct {
      * sampled (max_tokens and sp are ignored). Modes that read every position take no
      * cached prefix (last-token pooling does). */
     eng_pooling pooling;
+    /* LoRA adapters (mdl_lora.h), applied in order; n == 0 = the base model. The
+     * adapters are BORROWED until the request's DONE/ERROR event; prefix-cache
+     * blocks and generation checkpoints are keyed by the set and its scales. */
+    mdl_lora_set lora;
 } eng_params;
 
 typedef enum { ENG_EV_TOKEN, ENG_EV_DONE, ENG_EV_ERROR } eng_event_kind;

@@ -116,7 +116,6 @@ enum { MDL_LT_Q, MDL_LT_K, MDL_LT_V, MDL_LT_O, MDL_LT_GATE, MDL_LT_UP, MDL_LT_DO
  * adapters of row t's sequence; in [T, in_dim] is the projection's input. */
 void mdl_lora_apply(mdl_step *s, int tg, const float *in, int64_t in_dim, float *out,
                     int64_t out_dim);
-int mdl_lora_for_model(const mdl_lora *a, const mdl_model *m);
 
 /* ---------------------------------------------------------------- kinds */
 /* mdl_attn.c: reads s->h (normed input), writes the block output into s->h. */

@@ -47,13 +47,23 @@ static void target_dims(const mdl_model *m, int32_t L, int t, int64_t *out, int6
     int64_t H = m->plan.hidden, qd = (int64_t)p->n_heads * p->head_dim,
             kd = (int64_t)p->n_kv_heads * p->head_dim, F = p->ffn_dim;
     switch (t) {
-    case MDL_LT_Q: *out = qd, *in = H; break;
+    case MDL_LT_Q:
+        *out = qd, *in = H;
+        break;
     case MDL_LT_K:
-    case MDL_LT_V: *out = kd, *in = H; break;
-    case MDL_LT_O: *out = H, *in = qd; break;
+    case MDL_LT_V:
+        *out = kd, *in = H;
+        break;
+    case MDL_LT_O:
+        *out = H, *in = qd;
+        break;
     case MDL_LT_GATE:
-    case MDL_LT_UP: *out = F, *in = H; break;
-    default: *out = H, *in = F; break;
+    case MDL_LT_UP:
+        *out = F, *in = H;
+        break;
+    default:
+        *out = H, *in = F;
+        break;
     }
 }
 
@@ -148,9 +158,15 @@ static float elem(const wt_tensor *t, int64_t i)
     uint16_t h;
     float f;
     switch (t->dtype) {
-    case WT_F32: memcpy(&f, p + 4 * i, 4); return f;
-    case WT_F16: memcpy(&h, p + 2 * i, 2); return kiln_f16_to_f32(h);
-    default: memcpy(&h, p + 2 * i, 2); return kiln_bf16_to_f32(h);
+    case WT_F32:
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    case WT_F16:
+        memcpy(&h, p + 2 * i, 2);
+        return kiln_f16_to_f32(h);
+    default:
+        memcpy(&h, p + 2 * i, 2);
+        return kiln_bf16_to_f32(h);
     }
 }
 
@@ -181,8 +197,9 @@ static kiln_code take_module(mdl_lora *a, mdl_lora_format fmt, int32_t L, int tg
     int64_t r = fmt == MDL_LORA_PEFT ? ta->shape[0] : ta->shape[1];
     char want[96];
     if (r < 1 || r > MDL_LORA_MAX_RANK)
-        return kiln_fail(err, KILN_E_UNSUPPORTED, "adapter tensor '%s': rank %" PRId64
-                         " (1..%d supported)", ta->name, r, MDL_LORA_MAX_RANK);
+        return kiln_fail(err, KILN_E_UNSUPPORTED,
+                         "adapter tensor '%s': rank %" PRId64 " (1..%d supported)", ta->name, r,
+                         MDL_LORA_MAX_RANK);
     int64_t a0 = fmt == MDL_LORA_PEFT ? r : in, a1 = fmt == MDL_LORA_PEFT ? in : r;
     int64_t b0 = fmt == MDL_LORA_PEFT ? out : r, b1 = fmt == MDL_LORA_PEFT ? r : out;
     snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", a0, a1);
@@ -285,17 +302,17 @@ static kiln_code read_config(mdl_lora *a, const char *dir, lora_cfg *c, kiln_err
         else if (al && !json_is_number(al))
             rc = kiln_fail(err, KILN_E_INVALID, "%s: 'lora_alpha' is not a number", path);
         else if (truthy(json_object_get(j, "use_dora")))
-            rc = kiln_fail(err, KILN_E_UNSUPPORTED, "%s: DoRA adapters (use_dora) are not supported",
-                           path);
+            rc = kiln_fail(err, KILN_E_UNSUPPORTED,
+                           "%s: DoRA adapters (use_dora) are not supported", path);
         else if (nonempty(json_object_get(j, "modules_to_save")))
             rc = kiln_fail(err, KILN_E_UNSUPPORTED,
                            "%s: modules_to_save (full copies of whole modules) is not supported; "
                            "merge those modules into the base model",
                            path);
         else if (truthy(json_object_get(j, "fan_in_fan_out")))
-            rc = kiln_fail(err, KILN_E_UNSUPPORTED,
-                           "%s: fan_in_fan_out is for Conv1D (GPT-2) bases, which kiln does not run",
-                           path);
+            rc = kiln_fail(
+                err, KILN_E_UNSUPPORTED,
+                "%s: fan_in_fan_out is for Conv1D (GPT-2) bases, which kiln does not run", path);
         else if (nonempty(json_object_get(j, "alpha_pattern")))
             rc = kiln_fail(err, KILN_E_UNSUPPORTED, "%s: alpha_pattern is not supported", path);
         if (!rc) {
@@ -401,7 +418,8 @@ kiln_code mdl_lora_load(const mdl_model *m, const char *dir, mdl_lora **out, kil
             int32_t hdr[4] = {L, tg, md->r, 0};
             memcpy(&hdr[3], &md->scale, 4);
             XXH3_64bits_update(&hs, hdr, sizeof hdr);
-            XXH3_64bits_update(&hs, md->A, sizeof(float) * (size_t)md->r * (size_t)(md->in + md->out));
+            XXH3_64bits_update(&hs, md->A,
+                               sizeof(float) * (size_t)md->r * (size_t)(md->in + md->out));
         }
         a->info.n_layers += used;
     }

@@ -49,12 +49,12 @@ typedef enum { MDL_LORA_PEFT, MDL_LORA_MLX } mdl_lora_format;
 
 typedef struct {
     mdl_lora_format format;
-    int32_t rank;        /* the largest rank of its modules */
-    int32_t n_modules;   /* adapted (layer, projection) pairs */
-    int32_t n_layers;    /* layers with at least one module */
-    float scale;         /* the scale of its first module (α/r, α/√r, or mlx scale) */
-    uint64_t bytes;      /* memory the adapter holds (f32 A and B) */
-    char targets[96];    /* e.g. "q_proj,v_proj" */
+    int32_t rank;         /* the largest rank of its modules */
+    int32_t n_modules;    /* adapted (layer, projection) pairs */
+    int32_t n_layers;     /* layers with at least one module */
+    float scale;          /* the scale of its first module (α/r, α/√r, or mlx scale) */
+    uint64_t bytes;       /* memory the adapter holds (f32 A and B) */
+    char targets[96];     /* e.g. "q_proj,v_proj" */
     char base_model[160]; /* PEFT base_model_name_or_path, or "" */
 } mdl_lora_info;
 
@@ -67,6 +67,8 @@ typedef struct {
 kiln_code mdl_lora_load(const mdl_model *m, const char *dir, mdl_lora **out, kiln_err *err);
 void mdl_lora_free(mdl_lora *a); /* NULL is a no-op */
 mdl_lora_info mdl_lora_get_info(const mdl_lora *a);
+/* 1 when a (non-NULL) was loaded for model m. */
+int mdl_lora_for_model(const mdl_lora *a, const mdl_model *m);
 /* A 64-bit identity of the adapter's contents (tensors and scales). */
 uint64_t mdl_lora_fingerprint(const mdl_lora *a);
 /* The prefix-cache namespace of a sequence running with `set` over a model

@@ -18,8 +18,8 @@
 #define CTX 128
 
 static char base[512], qbase[512], other[512];
-static char peft8[512], merged_peft8[512], rs16[512], merged_rs16[512], mlx4[512],
-    merged_mlx4[512], qmlx[512], merged_qmlx[512], stack2[512], merged_stack[512];
+static char peft8[512], merged_peft8[512], rs16[512], merged_rs16[512], mlx4[512], merged_mlx4[512],
+    qmlx[512], merged_qmlx[512], stack2[512], merged_stack[512];
 
 static int sh(const char *cmd)
 {
@@ -118,8 +118,8 @@ static kiln_code run_seq(eng_runtime *rt, const int32_t *ids, int32_t n, int32_t
     return rc;
 }
 
-static const int32_t IDS[] = {1, 45, 310, 72, 9, 200, 17, 388, 5, 61, 444, 130, 27, 99, 3, 250,
-                              11, 402, 77, 190};
+static const int32_t IDS[] = {1,   45,  310, 72, 9, 200, 17, 388, 5,  61,
+                              444, 130, 27,  99, 3, 250, 11, 402, 77, 190};
 #define NIDS ((int32_t)(sizeof IDS / sizeof *IDS))
 
 /* base + adapters (set built from dirs/scales) vs the merged snapshot. */
@@ -219,8 +219,12 @@ static void test_info(void)
     mdl_lora_set s1 = {.n = 1, .a = {a}, .scale = {1}}, s2 = {.n = 1, .a = {a}, .scale = {0.5f}},
                  s3 = {.n = 1, .a = {b}, .scale = {1}}, s4 = {.n = 2, .a = {a, b}, .scale = {1, 1}},
                  s5 = {.n = 2, .a = {b, a}, .scale = {1, 1}}, s0 = {0};
-    uint64_t v[] = {ns, mdl_lora_set_ns(&s1, ns), mdl_lora_set_ns(&s2, ns), mdl_lora_set_ns(&s3, ns),
-                    mdl_lora_set_ns(&s4, ns), mdl_lora_set_ns(&s5, ns)};
+    uint64_t v[] = {ns,
+                    mdl_lora_set_ns(&s1, ns),
+                    mdl_lora_set_ns(&s2, ns),
+                    mdl_lora_set_ns(&s3, ns),
+                    mdl_lora_set_ns(&s4, ns),
+                    mdl_lora_set_ns(&s5, ns)};
     for (int x = 0; x < 6; x++)
         for (int y = x + 1; y < 6; y++)
             ASSERT_TRUE(v[x] != v[y]);
@@ -240,19 +244,23 @@ static void test_mixed_batch_is_bitwise_each_alone(void)
     for (int threads = 1; threads <= 2; threads++) {
         eng_runtime *rt = open_rt(base, 8, threads);
         ASSERT_TRUE(rt != NULL);
-        mdl_lora *a = load(rt, peft8), *b = load(rt, rs16), *c = load(rt, mlx4), *d = load(rt, stack2);
+        mdl_lora *a = load(rt, peft8), *b = load(rt, rs16), *c = load(rt, mlx4),
+                 *d = load(rt, stack2);
         ASSERT_TRUE(a && b && c && d);
         mdl_lora_set sets[4] = {{.n = 1, .a = {a}, .scale = {1}},
                                 {.n = 1, .a = {b}, .scale = {0.7f}},
                                 {.n = 1, .a = {c}, .scale = {1}},
                                 {.n = 2, .a = {a, d}, .scale = {1, 0.5f}}};
-        const mdl_lora_set *use[8] = {&sets[0], NULL, &sets[1], &sets[2], &sets[3], NULL, &sets[0], &sets[2]};
+        const mdl_lora_set *use[8] = {&sets[0], NULL, &sets[1], &sets[2],
+                                      &sets[3], NULL, &sets[0], &sets[2]};
         int64_t V = mdl_vocab(rt->model);
         int32_t lens[8] = {20, 13, 17, 9, 20, 5, 11, 16};
-        float *alone = malloc(sizeof(float) * (size_t)V * 8), *rows = malloc(sizeof(float) * (size_t)V * NIDS);
+        float *alone = malloc(sizeof(float) * (size_t)V * 8),
+              *rows = malloc(sizeof(float) * (size_t)V * NIDS);
         for (int i = 0; i < 8; i++) {
             ASSERT_OK(run_seq(rt, IDS + (NIDS - lens[i]), lens[i], 256, use[i], rows, &err));
-            memcpy(alone + (size_t)i * V, rows + (size_t)(lens[i] - 1) * V, sizeof(float) * (size_t)V);
+            memcpy(alone + (size_t)i * V, rows + (size_t)(lens[i] - 1) * V,
+                   sizeof(float) * (size_t)V);
         }
         eng_seq *s[8];
         for (int i = 0; i < 8; i++)
@@ -263,7 +271,9 @@ static void test_mixed_batch_is_bitwise_each_alone(void)
             int idx[8], n = 0;
             for (int i = 0; i < 8; i++)
                 if (!done[i])
-                    it[n] = (eng_step_item){.seq = s[i], .max_tokens = 1 + (i + step) % 6, .lora = use[i]},
+                    it[n] = (eng_step_item){.seq = s[i],
+                                            .max_tokens = 1 + (i + step) % 6,
+                                            .lora = use[i]},
                     idx[n++] = i;
             ASSERT_OK(eng_step_run(rt->cx, rt->kv, it, n, 0, rt->logits, rt->logit_rows, &err));
             int64_t row = 0;
@@ -305,15 +315,16 @@ static void test_refusals(void)
     /* another base model: the first tensor whose shape does not fit is named */
     ASSERT_CODE(mdl_lora_load(ro->model, peft8, &a, &err), KILN_E_CORRUPT);
     fprintf(stderr, "  other base: %s\n", err.msg);
-    ASSERT_TRUE(strstr(err.msg, "base_model.model.model.layers.") && strstr(err.msg, "another base"));
+    ASSERT_TRUE(strstr(err.msg, "base_model.model.model.layers.") &&
+                strstr(err.msg, "another base"));
     ASSERT_CODE(mdl_lora_load(ro->model, mlx4, &a, &err), KILN_E_CORRUPT);
     ASSERT_TRUE(strstr(err.msg, ".lora_a'") != NULL);
     /* missing folder, missing tensor file */
     snprintf(dir, sizeof dir, "%s/test-models/lora/nope", KILN_BINARY_DIR);
     ASSERT_CODE(mdl_lora_load(rt->model, dir, &a, &err), KILN_E_NOT_FOUND);
     snprintf(dir, sizeof dir, "%s/test-models/lora/bad", KILN_BINARY_DIR);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/adapter_config.json' '%s/'", dir,
-             dir, peft8, dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/adapter_config.json' '%s/'",
+             dir, dir, peft8, dir);
     ASSERT_TRUE(sh(cmd) == 0);
     ASSERT_CODE(mdl_lora_load(rt->model, dir, &a, &err), KILN_E_NOT_FOUND);
     ASSERT_TRUE(strstr(err.msg, "adapter_model.safetensors") != NULL);
@@ -339,8 +350,10 @@ static void test_refusals(void)
     write_file(path, "not json");
     ASSERT_CODE(mdl_lora_load(rt->model, dir, &a, &err), KILN_E_INVALID);
     /* the PEFT config over mlx tensors: not LoRA A/B of the PEFT layout */
-    snprintf(cmd, sizeof cmd, "rm '%s/adapter_model.safetensors' && ln -s '%s/adapters.safetensors' "
-             "'%s/adapter_model.safetensors'", dir, mlx4, dir);
+    snprintf(cmd, sizeof cmd,
+             "rm '%s/adapter_model.safetensors' && ln -s '%s/adapters.safetensors' "
+             "'%s/adapter_model.safetensors'",
+             dir, mlx4, dir);
     ASSERT_TRUE(sh(cmd) == 0);
     write_file(path, "{\"peft_type\":\"LORA\",\"r\":4,\"lora_alpha\":8}");
     ASSERT_CODE(mdl_lora_load(rt->model, dir, &a, &err), KILN_E_UNSUPPORTED);
