@@ -63,6 +63,21 @@ honoured), base = rope_theta, i = 0 .. dim/2-1:
     (factor - 1))^(dim / (dim - 2)); inv_freq = base'^(-2i/dim).  Keys already in the cache keep the
     rotation they were computed with (as HF's cache does); a whole-sequence forward uses the
     sequence length.
+
+Qwen3.5 hybrid (Qwen3_5ForConditionalGeneration text path, Qwen3_5ForCausalLM; transformers
+modeling_qwen3_5.py, shared/design/models/qwen3_5.md): layer i is full attention iff
+(i+1) % full_attention_interval == 0, else gated DeltaNet. Layout: HF iff some conv1d.weight has
+last dim != 1 (then input/post-attention/final/q/k norms multiply by 1 + w); tensor prefix
+model.language_model. (HF), language_model.model. (mlx-lm) or model. (CausalLM).
+  full attention: q_proj rows per head = d query rows then d gate rows; q,k = RMSNorm per head;
+    RoPE on the first head_dim * partial_rotary_factor dims (rotate half, exponent over that
+    width); causal softmax, GQA; o = attn * sigmoid(gate); o_proj.
+  DeltaNet: qkv = a·W_qkvᵀ, z, b, a' projections; causal depthwise conv (kernel K, zero history,
+    tap K-1 on the current token) then silu; split q [Hk,Dk], k [Hk,Dk], v [Hv,Dv];
+    q <- q / sqrt(Σq² + 1e-6) / sqrt(Dk), k <- k / sqrt(Σk² + 1e-6); value head j uses key head
+    j // (Hv/Hk); β = sigmoid(b), g = exp(-exp(A_log) * softplus(a' + dt_bias)); per token
+    S <- g S; u = β (v - Sᵀk); S <- S + k uᵀ; o = Sᵀq; y = RMSNorm(o) * norm.weight * silu(z);
+    out_proj.
 """
 
 import argparse
@@ -78,6 +93,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_numpy as S  # noqa: E402
 
 SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+HYBRID = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
 
 
 def load_config(d):
@@ -97,7 +113,7 @@ class Model:
         self.dir = d
         c = self.cfg = load_config(d)
         arch = (c.get("architectures") or [""])[0]
-        if arch not in SUPPORTED:
+        if arch not in SUPPORTED and not (arch in HYBRID and isinstance(self, Qwen35)):
             raise SystemExit("%s: unsupported architecture %r (supported: %s)" % (d, arch, ", ".join(SUPPORTED)))
         self.arch = arch
         self.mt = c.get("model_type", "")
@@ -114,7 +130,10 @@ class Model:
             self.rs = None
         self.max_pos = c.get("max_position_embeddings", 2048)
         self.tie = bool(c.get("tie_word_embeddings", False))
-        self.rot_dim = int(self.head_dim * c.get("partial_rotary_factor", 1.0))
+        prf = (c.get("rope_parameters") or {}).get("partial_rotary_factor") or c.get("partial_rotary_factor", 1.0)
+        self.rot_dim = int(self.head_dim * prf)
+        if (c.get("rope_parameters") or {}).get("rope_theta") is not None and "rope_theta" not in c:
+            self.theta = c["rope_parameters"]["rope_theta"]
         self.q = c.get("quantization")
         if self.q is None:
             qc = c.get("quantization_config")
@@ -371,6 +390,155 @@ class Model:
         return out, margins
 
 
+class Qwen35(Model):
+    """The Qwen3.5 hybrid (see the module docstring)."""
+
+    NORM1 = (".input_layernorm.weight", ".post_attention_layernorm.weight", "norm.weight",
+             ".q_norm.weight", ".k_norm.weight")
+
+    def _load(self):
+        c = self.cfg
+        names = list(self.st.where)
+        for pre in ("model.language_model.", "language_model.model.", "model."):
+            if pre + "embed_tokens.weight" in self.st or pre + "embed_tokens.scales" in self.st:
+                self.pre = pre
+                break
+        else:
+            raise SystemExit("qwen3_5: no embed_tokens under a known prefix")
+        convs = [n for n in names if n.endswith("linear_attn.conv1d.weight")]
+        self.hf = any(self.st.shape(n)[-1] != 1 for n in convs)
+        self.interval = c.get("full_attention_interval", 4)
+        self.full = [(i + 1) % self.interval == 0 for i in range(self.layers)]
+        lt = c.get("layer_types")
+        if lt and [t == "full_attention" for t in lt] != self.full:
+            raise SystemExit("qwen3_5: layer_types disagree with full_attention_interval")
+        self.Hk, self.Hv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+        self.Dk, self.Dv = c["linear_key_head_dim"], c["linear_value_head_dim"]
+        self.K = c["linear_conv_kernel_dim"]
+        P = self.pre
+        self.embed = self.matrix(P + "embed_tokens")
+        self.L = []
+        for i in range(self.layers):
+            p = P + "layers.%d." % i
+            L = {"in_norm": self.norm_vec(p + "input_layernorm.weight"),
+                 "post_norm": self.norm_vec(p + "post_attention_layernorm.weight")}
+            for m in ("gate", "up", "down"):
+                L[m] = self.matrix(p + "mlp.%s_proj" % m)
+            if self.full[i]:
+                for m in ("q", "k", "v", "o"):
+                    L[m] = self.matrix(p + "self_attn.%s_proj" % m)
+                L["q_norm"] = self.norm_vec(p + "self_attn.q_norm.weight")
+                L["k_norm"] = self.norm_vec(p + "self_attn.k_norm.weight")
+            else:
+                la = p + "linear_attn."
+                for m in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"):
+                    L[m] = self.matrix(la + m)
+                w = self.st.get_f64(la + "conv1d.weight")
+                L["conv"] = w[:, 0, :] if self.hf else w[:, :, 0]  # [C, K]
+                L["A_log"] = self.st.get_f64(la + "A_log")
+                L["dt_bias"] = self.st.get_f64(la + "dt_bias")
+                L["gnorm"] = self.st.get_f64(la + "norm.weight")  # used as is in both layouts
+            self.L.append(L)
+        self.norm = self.norm_vec(P + "norm.weight")
+        head = "lm_head" if P != "language_model.model." else "language_model.lm_head"
+        if self.tie or (head + ".weight") not in self.st:
+            self.head = self.embed
+        else:
+            self.head = self.matrix(head)
+
+    def norm_vec(self, name):
+        w = self.st.get_f64(name)
+        return w + 1.0 if self.hf else w
+
+    def new_cache(self):
+        C = 2 * self.Hk * self.Dk + self.Hv * self.Dv
+        return {"pos": 0, "k": [None] * self.layers, "v": [None] * self.layers,
+                "conv": [np.zeros((self.K - 1, C)) for _ in range(self.layers)],
+                "S": [np.zeros((self.Hv, self.Dk, self.Dv)) for _ in range(self.layers)]}
+
+    def attention(self, li, L, a, cache, pos, inv, att):
+        n, H, KV, D = a.shape[0], self.heads, self.kv_heads, self.head_dim
+        qg = (a @ L["q"].T).reshape(n, H, 2 * D)
+        q, gate = qg[..., :D], qg[..., D:].reshape(n, H * D)
+        k = (a @ L["k"].T).reshape(n, KV, D)
+        v = (a @ L["v"].T).reshape(n, KV, D)
+        q = self.rope(self.rms(q, L["q_norm"]), pos, inv, att)
+        k = self.rope(self.rms(k, L["k_norm"]), pos, inv, att)
+        if cache["k"][li] is not None:
+            k = np.concatenate([cache["k"][li], k], axis=0)
+            v = np.concatenate([cache["v"][li], v], axis=0)
+        cache["k"][li], cache["v"][li] = k, v
+        mask = np.arange(k.shape[0])[None, :] <= pos[:, None]
+        kk, vv = np.repeat(k, H // KV, axis=1), np.repeat(v, H // KV, axis=1)
+        sc = np.einsum("nhd,thd->hnt", q, kk) / math.sqrt(D)
+        sc = np.where(mask[None, :, :], sc, -np.inf)
+        pr = np.exp(sc - sc.max(axis=-1, keepdims=True))
+        pr /= pr.sum(axis=-1, keepdims=True)
+        o = np.einsum("hnt,thd->nhd", pr, vv).reshape(n, H * D)
+        return (o / (1.0 + np.exp(-gate))) @ L["o"].T
+
+    def deltanet(self, li, L, a, cache):
+        n, Hk, Hv, Dk, Dv, K = a.shape[0], self.Hk, self.Hv, self.Dk, self.Dv, self.K
+        qkv = a @ L["in_proj_qkv"].T
+        z = (a @ L["in_proj_z"].T).reshape(n, Hv, Dv)
+        b = a @ L["in_proj_b"].T
+        ga = a @ L["in_proj_a"].T
+        x = np.concatenate([cache["conv"][li], qkv], axis=0)  # K-1 rows of history first
+        cache["conv"][li] = x[-(K - 1):] if K > 1 else x[:0]
+        conv = np.stack([np.sum(x[t:t + K] * L["conv"].T, axis=0) for t in range(n)])
+        conv = conv / (1.0 + np.exp(-conv))
+        q = conv[:, :Hk * Dk].reshape(n, Hk, Dk)
+        k = conv[:, Hk * Dk:2 * Hk * Dk].reshape(n, Hk, Dk)
+        v = conv[:, 2 * Hk * Dk:].reshape(n, Hv, Dv)
+        q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6) / math.sqrt(Dk)
+        k = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
+        rep = Hv // Hk
+        q, k = np.repeat(q, rep, axis=1), np.repeat(k, rep, axis=1)
+        beta = 1.0 / (1.0 + np.exp(-b))
+        sp = np.logaddexp(0.0, ga + L["dt_bias"])
+        g = np.exp(-np.exp(L["A_log"]) * sp)  # [n, Hv]
+        S = cache["S"][li]
+        o = np.empty((n, Hv, Dv))
+        for t in range(n):
+            S = S * g[t][:, None, None]
+            kS = np.einsum("hk,hkv->hv", k[t], S)
+            u = beta[t][:, None] * (v[t] - kS)
+            S = S + np.einsum("hk,hv->hkv", k[t], u)
+            o[t] = np.einsum("hk,hkv->hv", q[t], S)
+        cache["S"][li] = S
+        y = self.rms(o, L["gnorm"]) * (z / (1.0 + np.exp(-z)))
+        return y.reshape(n, Hv * Dv) @ L["out_proj"].T
+
+    def forward(self, ids, cache=None, hidden=False):
+        if cache is None:
+            cache = self.new_cache()
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab):
+            raise SystemExit("token id out of range [0, %d)" % self.vocab)
+        n, p0 = len(ids), cache["pos"]
+        pos = np.arange(p0, p0 + n)
+        inv, att = self.inv_freq(p0 + n)
+        h = self.embed[ids]
+        for li, L in enumerate(self.L):
+            a = self.rms(h, L["in_norm"])
+            if self.full[li]:
+                h = h + self.attention(li, L, a, cache, pos, inv, att)
+            else:
+                h = h + self.deltanet(li, L, a, cache)
+            x = self.rms(h, L["post_norm"])
+            g = x @ L["gate"].T
+            h = h + ((g / (1.0 + np.exp(-g))) * (x @ L["up"].T)) @ L["down"].T
+        cache["pos"] = p0 + n
+        hs = self.rms(h, self.norm)
+        return hs if hidden else hs @ self.head.T
+
+
+def open_model(d):
+    """The reference model of snapshot d (Model, or Qwen35 for the hybrids)."""
+    arch = (load_config(d).get("architectures") or [""])[0]
+    return Qwen35(d) if arch in HYBRID else Model(d)
+
+
 # ------------------------------------------------------------------ checks
 
 
@@ -382,7 +550,7 @@ def report(ok, msg):
 def check_oracle(d, tol):
     with open(os.path.join(d, "oracle.json")) as f:
         o = json.load(f)
-    m = Model(os.path.join(d, o.get("hf_dir", "hf")))
+    m = open_model(os.path.join(d, o.get("hf_dir", "hf")))
     ok = True
     for i, s in enumerate(o["sequences"]):
         gold = np.fromfile(os.path.join(d, s["logits_file"]), "<f4").reshape(s["shape"])
@@ -463,7 +631,7 @@ def main():
     if not a.model or not a.tokens:
         ap.error("--model and --tokens are required")
     ids = [int(t) for t in a.tokens.replace(" ", "").split(",") if t != ""]
-    m = Model(a.model)
+    m = open_model(a.model)
     if a.greedy:
         stop = set()
         if a.stop:

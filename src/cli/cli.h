@@ -34,10 +34,12 @@ int cli_fail(const char *verb, const kiln_err *err);
  * mode (docs/kernels.md), which rides along because every verb that opens a
  * runtime needs both. */
 typedef struct {
-    const char *quant;  /* --kv-quant */
-    int64_t group;      /* --kv-group */
-    int64_t start;      /* --quantized-kv-start */
-    const char *matmul; /* --matmul (else KILN_MATMUL) */
+    const char *quant;       /* --kv-quant */
+    int64_t group;           /* --kv-group */
+    int64_t start;           /* --quantized-kv-start */
+    const char *matmul;      /* --matmul (else KILN_MATMUL) */
+    const char *state_every; /* --state-every: auto | off | N (hybrid models) */
+    int64_t state_blocks;    /* --state-blocks (hybrid models); 0 = default */
 } cli_kv_flags;
 #define CLI_KV_FLAGS(kvf)                                                                          \
     {"kv-quant",                                                                                   \
@@ -58,10 +60,24 @@ typedef struct {
          "N",                                                                                      \
          "positions before N keep f32 KV (block-granular; default 0)",                             \
          0},                                                                                       \
+        {"matmul",                                                                                 \
+         CLI_STR,                                                                                  \
+         &(kvf).matmul,                                                                            \
+         "exact|int8",                                                                             \
+         "4-bit weights: exact f32 activations (default) or int8 activations (faster, "            \
+         "logits within ~1e-2; env KILN_MATMUL)",                                                  \
+         0},                                                                                       \
+        {"state-every",                                                                            \
+         CLI_STR,                                                                                  \
+         &(kvf).state_every,                                                                       \
+         "auto|off|N",                                                                             \
+         "hybrid models: snapshot the recurrent state every N KV blocks for prefix hits "          \
+         "(auto: from the state's size; off: only the snapshots sequences keep)",                  \
+         0},                                                                                       \
     {                                                                                              \
-        "matmul", CLI_STR, &(kvf).matmul, "exact|int8",                                            \
-            "4-bit weights: exact f32 activations (default) or int8 activations (faster, "         \
-            "logits within ~1e-2; env KILN_MATMUL)",                                               \
+        "state-blocks", CLI_INT, &(kvf).state_blocks, "N",                                         \
+            "hybrid models: recurrent-state blocks in the pool (working states + snapshots; "      \
+            "default: 2 per sequence + a quarter of the KV pool's bytes, docs/hybrid.md)",         \
             0                                                                                      \
     }
 /* Applies the flags to o; prints and returns 2 on a bad value, else 0. */

@@ -76,5 +76,21 @@ int cli_kv_apply(const char *verb, const cli_kv_flags *kvf, eng_runtime_opts *o)
         return 2;
     }
     o->matmul = mm;
+    const char *se = kvf->state_every;
+    if (se && strcmp(se, "auto") != 0) {
+        char *end = NULL;
+        long v = strcmp(se, "off") == 0 ? -1 : strtol(se, &end, 10);
+        if (v == 0 || v < -1 || v > 1 << 20 || (v > 0 && (!end || *end))) {
+            fprintf(stderr, "kiln %s: --state-every '%s': expected auto, off or a block count\n",
+                    verb, se);
+            return 2;
+        }
+        o->state_every = (int32_t)v;
+    }
+    if (kvf->state_blocks < 0 || kvf->state_blocks > 1 << 20) {
+        fprintf(stderr, "kiln %s: --state-blocks must be in 1..1048576\n", verb);
+        return 2;
+    }
+    o->state_blocks = (int32_t)kvf->state_blocks;
     return 0;
 }

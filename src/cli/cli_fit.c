@@ -149,6 +149,15 @@ int cli_fit(int argc, char **argv)
             printf("kv pool:          %8.3f GiB (%d blocks x %d tokens: ctx %d x batch %d)\n",
                    gib(f.kv_pool_bytes), (int)f.o.n_blocks, (int)f.o.block_tokens, (int)f.o.ctx,
                    (int)f.o.max_seqs);
+        if (f.state_layers > 0) {
+            printf("state per seq:    %8.3f MiB per state (%d recurrent layers, f32, any context); "
+                   "a sequence holds %.3f MiB (working state + latest snapshot)\n",
+                   (double)f.state_bytes / 1048576.0, (int)f.state_layers,
+                   (double)f.state_seq_bytes / 1048576.0);
+            printf("state pool:       %8.3f GiB (%d states; snapshots every %d blocks%s)\n",
+                   gib(f.state_pool_bytes), (int)f.state_blocks, (int)f.state_every,
+                   f.state_every ? "" : ": off, only the ones sequences keep");
+        }
         printf("prefill scratch:  %8.3f GiB (chunk of %d tokens, %d threads)\n", gib(f.scratch_bytes),
                (int)f.o.max_step_tokens, f.o.n_threads);
         printf("logits:           %8.3f GiB (%d rows)\n", gib(f.logits_bytes), (int)f.o.logit_rows);

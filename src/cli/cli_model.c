@@ -348,7 +348,25 @@ int cli_info(int argc, char **argv)
            c->tie_word_embeddings ? "yes" : "no");
     printf("context:        %" PRId64 " (max_position_embeddings), rope_theta %g\n", c->max_pos,
            c->rope_theta);
-    printf("kv per token:   %" PRIu64 " bytes (f32, all layers)\n", in.kv_bytes_per_token);
+    printf("kv per token:   %" PRIu64 " bytes (f32, the %d layers that store K/V)\n",
+           in.kv_bytes_per_token, (int)in.kv_layers);
+    if (c->layer_linear) {
+        const mdl_plan *p = mdl_get_plan(m);
+        int32_t rot = 0;
+        for (int32_t L = 0; L < p->n_layers && !rot; L++)
+            if (p->layer[L].mixer == MDL_MIX_ATTN && p->layer[L].rope >= 0)
+                rot = p->rope[p->layer[L].rope].rot;
+        printf(
+            "hybrid:         %d gated DeltaNet + %d gated attention layers (full attention every "
+            "%" PRId64 "); RoPE on %d of %" PRId64 " dims\n",
+            (int)in.state_layers, (int)in.kv_layers, c->full_attn_interval, (int)rot, c->head_dim);
+        printf("deltanet:       %" PRId64 " key heads x %" PRId64 ", %" PRId64
+               " value heads x %" PRId64 ", conv kernel %" PRId64 "\n",
+               c->lin_k_heads, c->lin_k_dim, c->lin_v_heads, c->lin_v_dim, c->lin_conv);
+        printf("state per seq:  %" PRIu64 " bytes (%.2f MiB, f32, any context length)\n",
+               in.state_bytes, (double)in.state_bytes / 1048576.0);
+        printf("layout:         %s%s\n", in.layout, c->has_vision ? "; vision tower not run" : "");
+    }
     char groups[2048];
     mdl_describe_groups(m, groups, sizeof groups);
     printf("tensor groups:\n%s", groups);

@@ -121,6 +121,13 @@ int eng_ckpt_save(kv_ssd *ssd, kv_pool *kv, uint64_t id, const eng_seq *seq, int
         }
     }
     *blocks_done = seq->n_published;
+    /* recurrent state (hybrid models): the latest boundary snapshot, where a
+     * resume's prefix hit restarts the state (docs/hybrid.md) */
+    if (seq->snap >= 0 && seq->snap_hash) {
+        size_t n;
+        const void *d = kv_pool_block_data(kv, seq->snap, &n);
+        kv_ssd_put(ssd, KV_SSD_BLOCK, kv_pool_key(KV_STATE_GROUP, seq->snap_hash), d, n);
+    }
     eng_ckpt ck = {
         .id = id, .n_prompt = n_prompt, .n_gen = n_gen, .rng = *rng, .gen = seq->tokens + n_prompt};
     uint8_t *buf;

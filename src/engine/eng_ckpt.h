@@ -17,6 +17,9 @@
  * ordinary block entries (its hash chain), so a resume finds them like any
  * prefix; a block that did not make it to disk is recomputed, which gives the
  * same values (batch-invariant kernels), so correctness never depends on them.
+ * A hybrid model's sequence also puts its latest recurrent-state snapshot (a
+ * block boundary, eng_seq.h) there, so the resume's prefix hit has a state to
+ * start from.
  * The identity hashes everything that decides the tokens: the engine state
  * ABI version, the model + KV-format namespace, prompt ids, sampling
  * parameters, logit bias, stop strings and ids, max_tokens, and the seed

@@ -1159,6 +1159,7 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
     e->stats.kv_seq_max_blocks =
         kv_seq_max_blocks(kl->window[0], kc->max_chunk, kc->block_tokens, rt->o.ctx);
     e->stats.kv_n_groups = kl->n_groups;
+    e->stats.kv_state_every = kc->state_every;
     for (int g = 0; g < kl->n_groups; g++) {
         e->stats.kv_group_window[g] = kl->window[g];
         e->stats.kv_group_layers[g] = kv_layout_layers(kl, g);

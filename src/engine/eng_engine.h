@@ -159,6 +159,7 @@ typedef struct {
     int kv_n_groups;
     int32_t kv_group_window[KV_MAX_GROUPS], kv_group_layers[KV_MAX_GROUPS];
     uint64_t kv_group_bytes_per_token[KV_MAX_GROUPS];
+    int32_t kv_state_every; /* hybrid models: the snapshot cadence in blocks (0: off) */
     /* constrained decoding */
     uint64_t grammar_requests;   /* requests with a grammar */
     eng_gmask_stats grammar;     /* masks computed, time, waits, budget redraws */

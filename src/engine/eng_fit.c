@@ -109,6 +109,15 @@ void eng_kv_cost_init(eng_kv_cost *k, const kv_layout *l, const kv_format *f, in
         k->bpt_full[g] =
             kv_format_split(f) ? kv_layout_bytes_per_token(l, f, g, KV_CLASS_FULL) : k->bpt[g];
     }
+    k->state_seq_bytes = 2 * kv_layout_state_bytes(l);
+}
+
+int32_t eng_fit_state_every(uint64_t state_bytes, uint64_t kv_block_bytes)
+{
+    if (state_bytes == 0) return 0;
+    if (kv_block_bytes == 0) return 1;
+    uint64_t n = (state_bytes + 8 * kv_block_bytes - 1) / (8 * kv_block_bytes);
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int32_t)n;
 }
 
 int64_t eng_kv_cost_positions(const eng_kv_cost *k, int g, int64_t tokens)
@@ -122,7 +131,7 @@ int64_t eng_kv_cost_positions(const eng_kv_cost *k, int g, int64_t tokens)
 
 uint64_t eng_kv_cost_seq(const eng_kv_cost *k, int64_t tokens)
 {
-    uint64_t b = 0;
+    uint64_t b = tokens > 0 ? k->state_seq_bytes : 0;
     for (int g = 0; g < k->n_groups; g++) {
         int64_t pos = eng_kv_cost_positions(k, g, tokens);
         /* a capped group holds the last blocks of a long sequence: f32 ones only when
@@ -144,6 +153,13 @@ static uint64_t kv_read_bytes(uint64_t bpt, uint64_t bpt_full, int64_t start, in
     int64_t before = start < at ? start : at;
     before = before > lo ? before - lo : 0;
     return bpt_full * (uint64_t)before + bpt * (uint64_t)(at - lo - before);
+}
+
+/* Blocks a sequence of ctx holds in group 0 (+1), the default pool's per-sequence share. */
+static int64_t per_seq_all(const kv_layout *l, const eng_runtime_opts *o)
+{
+    if (l->n_groups == 0) return 0;
+    return kv_seq_max_blocks(l->window[0], o->max_step_tokens, o->block_tokens, o->ctx) + 1;
 }
 
 eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts *in)
@@ -188,6 +204,28 @@ eng_runtime_opts eng_runtime_resolve(const wt_config *c, const eng_runtime_opts 
             }
             o.n_blocks_full = o.group_blocks_full[0];
         }
+    }
+    /* recurrent state: a working state and a latest snapshot per sequence, and a
+     * snapshot cache of a quarter of the default KV pool's bytes, at least 64
+     * states or 64 MiB, whichever is less (8..4096 states); the cadence from
+     * the state's size (eng_fit_state_every) */
+    uint64_t sb = kv_layout_state_bytes(&l);
+    if (sb == 0) {
+        o.state_blocks = 0;
+        o.state_every = 0;
+    } else {
+        kv_format f;
+        fit_format(c, &o, &f);
+        uint64_t kvb =
+            kv_layout_bytes_per_token(&l, &f, -1, KV_CLASS_MAIN) * (uint64_t)o.block_tokens;
+        if (o.state_blocks <= 0) {
+            uint64_t pool = kvb * (uint64_t)per_seq_all(&l, &o) * (uint64_t)o.max_seqs / 4;
+            uint64_t floor = 64 * sb < ((uint64_t)64 << 20) ? 64 * sb : (uint64_t)64 << 20;
+            uint64_t cache = (pool > floor ? pool : floor) / sb;
+            cache = cache < 8 ? 8 : cache > 4096 ? 4096 : cache;
+            o.state_blocks = 2 * o.max_seqs + (int32_t)cache;
+        }
+        if (o.state_every == 0) o.state_every = eng_fit_state_every(sb, kvb);
     }
     /* decode needs one logits row per sequence; all-position prefill (logits
      * --all, verification) runs in chunks of at most this many tokens */
@@ -249,7 +287,14 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
     f->sliding_layers = eng_fit_sliding_layers(c);
     f->kv_window = o->kv_window;
     f->kv_seq_max_blocks = f->kv_group[0].seq_max_blocks;
-    f->kv_seq_bytes = eng_kv_cost_seq(&f->kv_cost, o->ctx);
+    f->kv_seq_bytes = eng_kv_cost_seq(&f->kv_cost, o->ctx) - f->kv_cost.state_seq_bytes;
+    f->state_bytes = kv_layout_state_bytes(&l);
+    f->state_seq_bytes = f->kv_cost.state_seq_bytes;
+    f->state_blocks = o->state_blocks;
+    f->state_every = o->state_every > 0 ? o->state_every : 0;
+    f->state_pool_bytes = f->state_bytes * (uint64_t)o->state_blocks;
+    for (int32_t L = 0; L < l.n_layers; L++)
+        f->state_layers += l.state_floats[L] > 0;
     mdl_plan plan;
     uint64_t vecs = 0;
     int have_plan = mdl_plan_build(c, &plan, NULL) == KILN_OK;
@@ -263,20 +308,26 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
                                (int64_t)(lp->n_heads + 2 * lp->n_kv_heads) * lp->head_dim +
                                2 * lp->ffn_dim) *
                     4;
+            if (lp->mixer == MDL_MIX_DELTANET) /* f32 conv taps, A, dt bias, gated norm */
+                vecs += (uint64_t)((2 * (int64_t)lp->lin_k_heads * lp->lin_k_dim +
+                                    (int64_t)lp->lin_v_heads * lp->lin_v_dim) *
+                                       lp->conv_k +
+                                   2 * lp->lin_v_heads + lp->lin_v_dim) *
+                        4;
         }
         mdl_plan_free(&plan);
     }
     f->logits_bytes = (uint64_t)o->logit_rows * (uint64_t)c->vocab * 4;
     /* sampler scratch; norm/bias copies; pool metadata and index */
     f->other_bytes = eng_sample_scratch_bytes(c->vocab) + vecs + (uint64_t)total_blocks * 64;
-    f->total_bytes =
-        f->weights_bytes + f->kv_pool_bytes + f->scratch_bytes + f->logits_bytes + f->other_bytes;
+    f->total_bytes = f->weights_bytes + f->kv_pool_bytes + f->state_pool_bytes + f->scratch_bytes +
+                     f->logits_bytes + f->other_bytes;
     /* decode streams every weight except the embedding table (one row), plus
      * the K/V of the context so far (ctx/2 on average; a sliding layer reads
      * only its window, whether or not its blocks are capped) */
     uint64_t embed = (uint64_t)c->vocab * (uint64_t)c->hidden; /* elements */
     int64_t half = o->ctx / 2, start = kv_format_split(&kf) ? o->kv_quant_start : 0;
-    f->read_per_token = weights_bytes;
+    f->read_per_token = weights_bytes + 2 * f->state_bytes; /* a state is read and written */
     for (int g = 0; g < attn.n_groups; g++)
         f->read_per_token += kv_read_bytes(kv_layout_bytes_per_token(&attn, &kf, g, KV_CLASS_MAIN),
                                            kv_layout_bytes_per_token(&attn, &kf, g, KV_CLASS_FULL),

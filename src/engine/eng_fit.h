@@ -27,6 +27,8 @@ typedef struct {
     int32_t window[KV_MAX_GROUPS];    /* retention: 0 keeps every position */
     uint64_t bpt[KV_MAX_GROUPS];      /* K+V bytes of a position, main class */
     uint64_t bpt_full[KV_MAX_GROUPS]; /* the same before --quantized-kv-start */
+    uint64_t state_seq_bytes;         /* recurrent state one sequence holds (its working
+                                         state and its latest snapshot); 0 without */
 } eng_kv_cost;
 
 /* One KV group's share of the plan. */
@@ -69,6 +71,14 @@ typedef struct {
     eng_fit_group kv_group[KV_MAX_GROUPS];
     int32_t kv_layers; /* layers that store K/V (KV-shared and recurrent ones do not) */
     eng_kv_cost kv_cost;
+    /* recurrent state (hybrid models, docs/hybrid.md); zeros without recurrent layers */
+    int32_t state_layers;      /* recurrent layers */
+    uint64_t state_bytes;      /* one state: every recurrent layer of one sequence (f32) */
+    uint64_t state_seq_bytes;  /* what one running sequence holds: working state + latest
+                                  snapshot (2 x state_bytes), whatever its length */
+    int32_t state_blocks;      /* state blocks in the pool (working, snapshots) */
+    int32_t state_every;       /* snapshot cadence in KV blocks (0: none on a cadence) */
+    uint64_t state_pool_bytes; /* state_blocks x state_bytes (not in kv_pool_bytes) */
 } eng_fit;
 
 /* API */
@@ -84,6 +94,9 @@ kiln_code eng_fit_kv_layout(const wt_config *c, int keep_all, kv_layout *out, ki
 /* K+V bytes of one position over the full-attention (sliding 0) or the
  * sliding-window (sliding 1) layers, in block class cls of format f. */
 uint64_t eng_fit_kv_bytes_layers(const wt_config *c, const kv_format *f, int cls, int sliding);
+/* The default snapshot cadence: every N blocks so that a snapshot costs at
+ * most 8 x the KV of the N blocks it follows (1 when states are small). */
+int32_t eng_fit_state_every(uint64_t state_bytes, uint64_t kv_block_bytes);
 /* Costs of a layout in format f (block size, step chunk). */
 void eng_kv_cost_init(eng_kv_cost *k, const kv_layout *l, const kv_format *f, int32_t block_tokens,
                       int32_t max_chunk);

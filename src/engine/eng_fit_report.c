@@ -58,6 +58,11 @@ char *eng_fit_report_json(const eng_fit *f, const eng_admit_plan *plan, double b
         f->kv_bytes_per_token_full_layers, f->kv_bytes_per_token_sliding_layers,
         (int)f->sliding_window, (int)f->sliding_layers, (int)f->kv_window, f->kv_seq_max_blocks,
         f->kv_seq_bytes);
+    put(buf, cap, &len,
+        ", \"state_layers\": %d, \"state_bytes\": %" PRIu64 ", \"state_bytes_per_seq\": %" PRIu64
+        ", \"state_blocks\": %d, \"state_pool_bytes\": %" PRIu64 ", \"state_every\": %d",
+        (int)f->state_layers, f->state_bytes, f->state_seq_bytes, (int)f->state_blocks,
+        f->state_pool_bytes, (int)f->state_every);
     put(buf, cap, &len, ", \"kv_layers\": %d, \"kv_groups\": [", (int)f->kv_layers);
     for (int g = 0; g < f->n_kv_groups; g++) {
         const eng_fit_group *fg = &f->kv_group[g];

@@ -81,7 +81,9 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
                          .fmt = &rt->kv_fmt,
                          .n_blocks_full = rt->o.n_blocks_full,
                          .max_chunk = rt->o.max_step_tokens,
-                         .layout = &layout};
+                         .layout = &layout,
+                         .state_blocks = rt->o.state_blocks,
+                         .state_every = rt->o.state_every > 0 ? rt->o.state_every : 0};
     for (int g = 1; g < KV_MAX_GROUPS; g++) {
         kc.group_blocks[g] = rt->o.group_blocks[g];
         kc.group_blocks_full[g] = rt->o.group_blocks_full[g];

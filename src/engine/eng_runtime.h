@@ -45,6 +45,10 @@ typedef struct {
                                 (eng_fit_kv_window); 0 = not (mixed models cap per group) */
     int32_t group_blocks[KV_MAX_GROUPS];      /* OUT: blocks of each KV group ([0] = n_blocks) */
     int32_t group_blocks_full[KV_MAX_GROUPS]; /* OUT: of them, full precision */
+    /* recurrent state (hybrid models, docs/hybrid.md) */
+    int32_t state_blocks; /* state blocks in the pool; 0 = eng_fit_state_blocks default */
+    int32_t state_every;  /* snapshot cadence in blocks; 0 = auto (eng_fit_state_every),
+                             -1 = none on a cadence (only the ones sequences keep) */
 } eng_runtime_opts;
 
 typedef struct {

@@ -1,6 +1,11 @@
 /*
- * eng_seq.c — sequences over the paged KV pool (one block table per KV group),
- * and the batched step.
+ * eng_seq.c — sequences over the paged KV pool (one block table per KV group,
+ * and for hybrid models a working state block and its snapshots), and the
+ * batched step.
+ * State invariants (pools with state blocks; eng_seq.h):
+ *   (1) n_cached > 0  =>  state >= 0, and state holds the state after n_cached tokens
+ *   (2) snap >= 0  =>  snap_block * bt <= n_cached and snap holds the state after
+ *       snap_block * bt tokens; snap_hash, when not 0, is that boundary's chain hash
  * Threads: engine thread only.
  */
 #include "engine/eng_seq.h"
@@ -23,13 +28,48 @@ kiln_code eng_seq_create(const int32_t *prompt, int32_t n, eng_seq **out, kiln_e
     }
     memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n);
     s->n_tokens = n;
+    s->n_prompt = n;
+    s->state = s->snap = -1;
     *out = s;
     return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- recurrent state */
+
+/* Gives up the latest snapshot; with `publish`, published first when its
+ * boundary is known (a later sequence with this prefix resumes there), so it
+ * stays CACHED; else it goes FREE unless published already. */
+static void snap_release(eng_seq *s, kv_pool *kv, int publish)
+{
+    if (s->snap < 0) return;
+    if (publish && s->snap_hash) kv_pool_publish(kv, s->snap, s->snap_hash);
+    kv_pool_release(kv, s->snap);
+    s->snap = -1;
+    s->snap_block = 0;
+    s->snap_hash = 0;
+}
+
+/* Forgets the recurrent state (the working one goes FREE, never published). */
+static void state_release(eng_seq *s, kv_pool *kv)
+{
+    if (s->state >= 0) kv_pool_release(kv, s->state);
+    s->state = -1;
+    snap_release(s, kv, 1);
+    s->branch_block = 0;
+}
+
+/* Working state = copy of state block src. */
+static void state_copy(kv_pool *kv, kv_block_id dst, kv_block_id src)
+{
+    size_t n;
+    memcpy(kv_pool_block_data_mut(kv, dst, &n), kv_pool_block_data(kv, src, NULL),
+           kv_pool_state_bytes(kv));
 }
 
 void eng_seq_free(eng_seq *s, kv_pool *kv)
 {
     if (!s) return;
+    state_release(s, kv);
     for (int g = 0; g < s->n_groups; g++) {
         for (int32_t i = s->n_dropped[g]; i < s->n_blocks; i++)
             kv_pool_release(kv, s->blocks[g][i]);
@@ -90,19 +130,26 @@ static int32_t first_needed(const kv_pool *kv, int g, int64_t pos)
 static int32_t attach_windowed(eng_seq *s, kv_pool *kv, uint64_t ns, int32_t max_full)
 {
     int32_t bt = kv_pool_cfg(kv)->block_tokens, G = s->n_groups;
+    int state = kv_pool_has_state(kv);
     uint64_t parent = 0;
     for (int32_t i = 0; i < max_full; i++)
         parent = s->hashes[i] = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
     for (int32_t limit = max_full; limit > 0;) {
-        int32_t e = 0, run[KV_MAX_GROUPS] = {0}; /* run: present blocks in a row ending at i */
+        int32_t e = 0, e_kv = 0,
+                run[KV_MAX_GROUPS] = {0}; /* run: present blocks in a row ending at i */
         for (int32_t i = 0; i < limit; i++) {
             int ok = 1;
             for (int g = 0; g < G; g++) {
                 run[g] = kv_pool_find(kv, g, s->hashes[i]) ? run[g] + 1 : 0;
                 ok &= run[g] > 0 && i + 1 - run[g] <= first_needed(kv, g, (int64_t)(i + 1) * bt);
             }
+            if (ok) e_kv = i + 1;
+            /* recurrent layers: the boundary also needs a snapshot of the state there */
+            if (ok && state) ok = kv_pool_find(kv, KV_STATE_GROUP, s->hashes[i]) != 0;
             if (ok) e = i + 1;
         }
+        /* KV reaches past the deepest state: that boundary is shared, snapshot it */
+        if (state && e_kv > e) s->branch_block = e_kv;
         if (e == 0) break;
         int32_t bad = e; /* the lowest index that failed to load */
         int g = 0;
@@ -120,6 +167,32 @@ static int32_t attach_windowed(eng_seq *s, kv_pool *kv, uint64_t ns, int32_t max
                     kv_pool_release(kv, s->blocks[g][--j]);
                 break;
             }
+        }
+        kv_block_id snap = -1, work = -1;
+        if (g == G && state) { /* the snapshot at e, copied into a working state */
+            snap = kv_pool_lookup(kv, KV_STATE_GROUP, s->hashes[e - 1]);
+            if (snap < 0) snap = kv_pool_lookup_tier(kv, KV_STATE_GROUP, s->hashes[e - 1], e - 1);
+            if (snap >= 0 && kv_pool_state_alloc(kv, &work, NULL) != KILN_OK) {
+                kv_pool_release(kv, snap);
+                snap = -1;
+            }
+            if (snap < 0) {
+                bad = e - 1; /* a hit must end before e */
+                g = G - 1;   /* give back every group's blocks below */
+                while (g >= 0) {
+                    for (int32_t j = first_needed(kv, g, (int64_t)e * bt); j < e; j++)
+                        kv_pool_release(kv, s->blocks[g][j]);
+                    g--;
+                }
+                limit = bad;
+                continue;
+            }
+            state_copy(kv, work, snap);
+            s->state = work;
+            s->snap = snap;
+            s->snap_block = e;
+            s->snap_hash = s->hashes[e - 1];
+            if (s->branch_block <= e) s->branch_block = 0;
         }
         if (g == G) {
             for (g = 0; g < G; g++) {
@@ -147,6 +220,7 @@ int32_t eng_seq_attach_prefix(eng_seq *s, kv_pool *kv, uint64_t ns)
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
     int32_t max_full = (s->n_tokens - 1) / bt; /* keep >= 1 token pending */
     if (grow_blocks(s, kv, max_full, NULL) != KILN_OK) return 0;
+    if (kv_pool_has_state(kv)) return attach_windowed(s, kv, ns, max_full);
     for (int g = 0; g < s->n_groups; g++)
         if (kv_pool_group_window(kv, g) > 0) return attach_windowed(s, kv, ns, max_full);
     /* every group keeps every block: walk the chain until a group misses */
@@ -180,6 +254,10 @@ kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err
     int32_t need = (n_positions + bt - 1) / bt;
     kiln_code rc = grow_blocks(s, kv, need, err);
     if (rc) return rc;
+    if (kv_pool_has_state(kv) && s->state < 0) { /* (1): only a sequence at its start lacks one */
+        KILN_ASSERT(s->n_cached == 0);
+        if ((rc = kv_pool_state_alloc(kv, &s->state, err))) return rc;
+    }
     while (s->n_blocks < need) {
         int g = 0;
         for (; g < s->n_groups; g++)
@@ -196,6 +274,7 @@ kiln_code eng_seq_reserve(eng_seq *s, kv_pool *kv, int32_t n_positions, kiln_err
 
 void eng_seq_drop_kv(eng_seq *s, kv_pool *kv)
 {
+    state_release(s, kv);
     for (int g = 0; g < s->n_groups; g++) {
         for (int32_t i = s->n_dropped[g]; i < s->n_blocks; i++)
             kv_pool_release(kv, s->blocks[g][i]);
@@ -218,12 +297,48 @@ static void forget_last(eng_seq *s, kv_pool *kv)
     }
 }
 
+/* Rollback of the recurrent state to the deepest snapshot at or before
+ * position n: the sequence's latest, else a published one (RAM or the tier).
+ * Returns the position the state is now at (a block boundary, 0 = from
+ * scratch); the working state holds it. */
+static int32_t state_rollback(eng_seq *s, kv_pool *kv, int32_t n)
+{
+    int32_t bt = kv_pool_cfg(kv)->block_tokens;
+    if (s->snap >= 0 && (int64_t)s->snap_block * bt > n) snap_release(s, kv, 0);
+    if (s->snap < 0) {
+        int32_t j = n / bt < s->n_published ? n / bt : s->n_published;
+        for (; j > 0; j--) {
+            kv_block_id b = kv_pool_lookup(kv, KV_STATE_GROUP, s->hashes[j - 1]);
+            if (b < 0) b = kv_pool_lookup_tier(kv, KV_STATE_GROUP, s->hashes[j - 1], j - 1);
+            if (b < 0) continue;
+            s->snap = b;
+            s->snap_block = j;
+            s->snap_hash = s->hashes[j - 1];
+            break;
+        }
+    }
+    if (s->branch_block * bt > n) s->branch_block = 0;
+    if (s->snap < 0 || s->state < 0) return 0;
+    state_copy(kv, s->state, s->snap);
+    return s->snap_block * bt;
+}
+
+static void truncate_cache(eng_seq *s, kv_pool *kv, int32_t n);
+
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
 {
     if (n < 0) n = 0;
     if (n >= s->n_tokens) return;
     s->n_tokens = n;
     if (n >= s->n_cached) return;
+    /* the state cannot be trimmed: back to a snapshot, replay the rest */
+    if (kv_pool_has_state(kv)) n = state_rollback(s, kv, n);
+    truncate_cache(s, kv, n);
+}
+
+/* Forgets K/V past position n (< n_cached); tokens stay. */
+static void truncate_cache(eng_seq *s, kv_pool *kv, int32_t n)
+{
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
     s->n_cached = n;
     int32_t keep = (n + bt - 1) / bt;
@@ -252,6 +367,10 @@ void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
     }
     if (lost) eng_seq_drop_kv(s, kv);
 }
+
+static kiln_code step_items(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n_items,
+                            uint64_t ns, float *logits, int32_t logit_rows, mdl_seq *seqs,
+                            int32_t *snap_pos, kv_block_id *snap_b, int32_t *snap_n, kiln_err *err);
 
 /* Publishes the sequence's newly full blocks under its hash chain, in every group. */
 static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
@@ -284,6 +403,55 @@ static void drop_old(eng_seq *s, kv_pool *kv)
     }
 }
 
+/* 1 when boundary j is on the snapshot cadence: inside the prompt (generated
+ * tokens are covered by the latest snapshot, published when the sequence
+ * ends: the next turn of a chat resumes there) and every state_every-th. */
+static int on_cadence(const eng_seq *s, const kv_pool *kv, uint64_t ns, int32_t j)
+{
+    int32_t every = kv_pool_cfg(kv)->state_every;
+    return ns && every > 0 && j % every == 0 && j * kv_pool_cfg(kv)->block_tokens <= s->n_prompt;
+}
+
+/* Snapshot boundaries due in a step that runs positions [p0, p1) of s: block
+ * boundaries j (the state after j*bt tokens), p0 < j*bt <= p1, that are on
+ * the cadence, the branch boundary attach found, or the last one (the
+ * sequence's new latest snapshot). Fills pos[], ascending; returns how many
+ * (at most (p1 - p0) / bt + 1). */
+static int32_t snaps_due(const eng_seq *s, const kv_pool *kv, uint64_t ns, int32_t p0, int32_t p1,
+                         int32_t *pos)
+{
+    int32_t bt = kv_pool_cfg(kv)->block_tokens, n = 0;
+    int32_t last = p1 / bt;
+    for (int32_t j = p0 / bt + 1; j <= last; j++)
+        if (j == last || j == s->branch_block || on_cadence(s, kv, ns, j)) pos[n++] = j * bt;
+    return n;
+}
+
+/* After the step: the snapshots it wrote are published under the chain (on
+ * the cadence or at the branch; ns on) and given back to the cache, except
+ * the last, which becomes the sequence's latest (the one it replaces is
+ * published only when it is the prompt's last boundary, where a repeat of
+ * the prompt resumes). */
+static void snaps_done(eng_seq *s, kv_pool *kv, uint64_t ns, const int32_t *pos,
+                       const kv_block_id *b, int32_t n)
+{
+    int32_t bt = kv_pool_cfg(kv)->block_tokens;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t j = pos[k] / bt;
+        uint64_t h = ns && j <= s->n_published ? s->hashes[j - 1] : 0;
+        if (h && (on_cadence(s, kv, ns, j) || j == s->branch_block)) kv_pool_publish(kv, b[k], h);
+        if (j == s->branch_block) s->branch_block = 0;
+        if (k < n - 1) {
+            kv_pool_release(kv, b[k]);
+            continue;
+        }
+        snap_release(s, kv, s->snap_block == (s->n_prompt - 1) / bt);
+        s->snap = b[k];
+        s->snap_block = j;
+        s->snap_hash = h;
+    }
+}
+
 kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n_items,
                        uint64_t ns, float *logits, int32_t logit_rows, kiln_err *err)
 {
@@ -291,6 +459,36 @@ kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n
     mdl_seq seqs[MAX_ITEMS];
     if (n_items < 1 || n_items > MAX_ITEMS)
         return kiln_fail(err, KILN_E_INVALID, "step: %d sequences (1..%d)", (int)n_items, MAX_ITEMS);
+    /* recurrent state: each item's due snapshots, in one array */
+    int state = kv_pool_has_state(kv);
+    int32_t bt = kv_pool_cfg(kv)->block_tokens, n_snap_max = 0;
+    if (state)
+        for (int32_t i = 0; i < n_items; i++)
+            n_snap_max += items[i].max_tokens / bt + 2;
+    int32_t *snap_pos = NULL, snap_n[MAX_ITEMS] = {0};
+    kv_block_id *snap_b = NULL;
+    if (n_snap_max) {
+        snap_pos = malloc(sizeof *snap_pos * (size_t)n_snap_max);
+        snap_b = malloc(sizeof *snap_b * (size_t)n_snap_max);
+        if (!snap_pos || !snap_b) {
+            free(snap_pos);
+            free(snap_b);
+            return kiln_fail(err, KILN_E_NOMEM, "step: out of memory");
+        }
+    }
+    kiln_code rc = step_items(cx, kv, items, n_items, ns, logits, logit_rows, seqs, snap_pos,
+                              snap_b, snap_n, err);
+    free(snap_pos);
+    free(snap_b);
+    return rc;
+}
+
+static kiln_code step_items(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n_items,
+                            uint64_t ns, float *logits, int32_t logit_rows, mdl_seq *seqs,
+                            int32_t *snap_pos, kv_block_id *snap_b, int32_t *snap_n, kiln_err *err)
+{
+    int state = kv_pool_has_state(kv);
+    int32_t used = 0; /* entries of snap_pos / snap_b taken */
     for (int32_t i = 0; i < n_items; i++) {
         eng_step_item *it = &items[i];
         eng_seq *s = it->seq;
@@ -312,18 +510,45 @@ kiln_code eng_step_run(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int32_t n
         };
         for (int g = 0; g < s->n_groups; g++)
             seqs[i].blocks[g] = s->blocks[g];
+        seqs[i].state = state ? s->state : -1;
+    }
+    /* snapshots, once every item has its blocks and working state: they are
+     * optional, one that finds no free state block is skipped */
+    for (int32_t i = 0; i < n_items && state; i++) {
+        eng_seq *s = items[i].seq;
+        int32_t n = items[i].n_run;
+        {
+            int32_t *pos = snap_pos + used, k = 0;
+            int32_t nd = snaps_due(s, kv, ns, s->n_cached, s->n_cached + n, pos);
+            for (int32_t d = 0; d < nd; d++)
+                if (kv_pool_state_alloc(kv, &snap_b[used + k], NULL) == KILN_OK) pos[k++] = pos[d];
+            snap_n[i] = k;
+            seqs[i].n_snaps = k;
+            seqs[i].snap_pos = pos;
+            seqs[i].snap_blocks = snap_b + used;
+            used += k;
+        }
     }
     int32_t rows = 0;
     for (int32_t i = 0; i < n_items; i++) rows += items[i].n_logits;
-    if (rows > logit_rows)
-        return kiln_fail(err, KILN_E_INVALID, "step: %d logit rows for a %d-row buffer", (int)rows,
-                         (int)logit_rows);
-    kiln_code rc = mdl_forward(cx, kv, seqs, n_items, logits, err);
-    if (rc) return rc;
+    kiln_code rc = rows > logit_rows
+                       ? kiln_fail(err, KILN_E_INVALID, "step: %d logit rows for a %d-row buffer",
+                                   (int)rows, (int)logit_rows)
+                       : mdl_forward(cx, kv, seqs, n_items, logits, err);
+    if (rc) {
+        for (int32_t k = 0; k < used; k++)
+            kv_pool_release(kv, snap_b[k]);
+        return rc;
+    }
+    used = 0;
     for (int32_t i = 0; i < n_items; i++) {
-        items[i].seq->n_cached += items[i].n_run;
-        publish_full(items[i].seq, kv, mdl_lora_set_ns(items[i].lora, ns));
-        drop_old(items[i].seq, kv);
+        eng_seq *s = items[i].seq;
+        uint64_t lns = mdl_lora_set_ns(items[i].lora, ns); /* adapters: their own namespace */
+        s->n_cached += items[i].n_run;
+        publish_full(s, kv, lns);
+        if (state) snaps_done(s, kv, lns, snap_pos + used, snap_b + used, snap_n[i]);
+        used += state ? snap_n[i] : 0;
+        drop_old(s, kv);
     }
     return KILN_OK;
 }

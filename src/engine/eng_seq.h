@@ -27,6 +27,19 @@
  * like any finished block. Attention never reads a dropped entry
  * (mdl_forward checks). Such a group so holds at most kv_seq_max_blocks,
  * while a full-attention group keeps every block.
+ *
+ * Recurrent state (hybrid models, docs/hybrid.md): the sequence holds one
+ * working state block (the state after its n_cached tokens; the step updates
+ * it in place) and its latest boundary snapshot (`snap`: the state after
+ * snap_block * bt tokens). The step writes snapshots at the block boundaries
+ * it crosses that are due — every state_every-th (the cadence, kv_pool_config),
+ * a branch boundary the prefix attach found, and the last one of the step —
+ * and publishes them under the KV blocks' hash chain (salted for the state
+ * group), so a later sequence resumes at the deepest boundary that has both
+ * every group's KV and a state snapshot. The latest snapshot is published too
+ * when the sequence is freed or preempted, or passes the end of its prompt;
+ * truncation (rollback) restores the deepest snapshot at or before its target
+ * and replays the tokens after it.
  */
 #ifndef KILN_ENG_SEQ_H
 #define KILN_ENG_SEQ_H
@@ -49,6 +62,13 @@ typedef struct {
     int n_groups;                       /* the pool's groups (set at the first reserve/attach) */
     uint64_t *hashes;                   /* OWNED [cap_blocks]: hash chain of full blocks */
     int32_t n_published;                /* blocks [0, n_published) are full and hashed */
+    int32_t n_prompt;                   /* tokens at create (the prompt) */
+    /* recurrent state (pools with state blocks; -1 / 0 otherwise) */
+    kv_block_id state; /* one reference: the state after n_cached tokens */
+    kv_block_id snap;  /* one reference: the state after snap_block * bt tokens */
+    int32_t snap_block;
+    uint64_t snap_hash;   /* chain hash of boundary snap_block; 0 = unknown */
+    int32_t branch_block; /* a boundary whose KV others share (attach): snapshot it */
 } eng_seq;
 
 typedef struct {
@@ -88,7 +108,12 @@ void eng_seq_drop_kv(eng_seq *s, kv_pool *kv);
 /* Drops tokens after n (speculative rollback / retries); n >= n_cached is pure
  * bookkeeping, n < n_cached forgets K/V past n. With a window, blocks given
  * back that the new end reads again are taken back from the prefix cache (or
- * the tier); when one is gone, all K/V is forgotten and recomputed. */
+ * the tier); when one is gone, all K/V is forgotten and recomputed.
+ * Recurrent state (rollback): the state is not trimmable; the sequence goes
+ * back to the deepest state snapshot at or before n (its latest, else a
+ * published one from RAM or the tier, else position 0) and the tokens from
+ * there to n become pending again: the next steps replay them, giving the
+ * same bits as the first time. */
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n);
 
 /* Blocks the sequence holds now in every group (not counting dropped entries). */

@@ -22,6 +22,7 @@ static void install_ref(kn_ops *t)
     kn_ref_install_mat(t);
     kn_ref_install_ops(t);
     kn_ref_install_attn(t);
+    kn_ref_install_delta(t);
 }
 
 /* Level caps: 0 = ref, 1 = avx2, 2 = avx512. */
@@ -74,6 +75,7 @@ kiln_code kn_init_mode(const char *force, const char *matmul, kiln_err *err)
         kn_avx2_install_mat(&table);
         kn_avx2_install_ops(&table);
         kn_avx2_install_attn(&table);
+        kn_avx2_install_delta(&table);
         table.isa = "avx2";
         avx2 = true;
     }

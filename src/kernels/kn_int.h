@@ -53,6 +53,12 @@ typedef struct {
     void (*rope_neox)(float *x, int64_t rot, const float *cos_sin);
     void (*attn_heads)(const kn_attn_args *a, int32_t h0, int32_t h1, float *scratch);
     void (*kv_load)(kn_kv_fmt f, const void *src, int32_t n, float *out);
+    /* gated DeltaNet (kn_delta.h) */
+    void (*conv_silu)(float *x, int64_t stride, int32_t n, float *hist, int64_t hstride,
+                      const float *w, int32_t K, int64_t c0, int64_t c1);
+    void (*gdn_step)(float *S, int32_t dk, int32_t dv, int32_t n, const float *q, const float *k,
+                     int64_t qk_stride, const float *v, int64_t v_stride, const float *g,
+                     const float *beta, int64_t gb_stride, float *o, int64_t o_stride, float *tmp);
 } kn_ops;
 
 extern const kn_ops *kn; /* read-only after kn_init() */
@@ -82,11 +88,13 @@ void kn_ref_install_mat(kn_ops *t);
 void kn_ref_install_ops(kn_ops *t);
 void kn_ref_install_attn(kn_ops *t);
 void kn_ref_install_mat_i8(kn_ops *t); /* int8 mode: mm_q[4], mm_q[8] */
+void kn_ref_install_delta(kn_ops *t);
 #if defined(__x86_64__)
 void kn_avx2_install_mat_i8(kn_ops *t);
 void kn_avx2_install_mat(kn_ops *t);
 void kn_avx2_install_ops(kn_ops *t);
 void kn_avx2_install_attn(kn_ops *t);
+void kn_avx2_install_delta(kn_ops *t);
 #endif
 
 /* Quantized activations (every variant, same integers): for KN_QAFFINE 4-bit

@@ -23,7 +23,9 @@ void kv_layout_uniform(kv_layout *l, int32_t n_layers, int32_t n_kv_heads, int32
 
 int kv_layout_valid(const kv_layout *l)
 {
-    if (l->n_layers < 1 || l->n_layers > KV_FMT_MAX_LAYERS || l->n_groups < 1 ||
+    /* no KV group at all only for a model whose every layer is recurrent */
+    int min_groups = kv_layout_state_bytes(l) > 0 ? 0 : 1;
+    if (l->n_layers < 1 || l->n_layers > KV_FMT_MAX_LAYERS || l->n_groups < min_groups ||
         l->n_groups > KV_MAX_GROUPS)
         return 0;
     int32_t per[KV_MAX_GROUPS] = {0};
@@ -32,7 +34,7 @@ int kv_layout_valid(const kv_layout *l)
             l->head_dim[i] > 65536)
             return 0;
         if (l->group[i] >= 0) {
-            if (l->n_kv_heads[i] < 1) return 0;
+            if (l->n_kv_heads[i] < 1 || l->state_floats[i]) return 0;
             per[l->group[i]]++;
         }
     }
@@ -63,4 +65,20 @@ void kv_layout_keep_all(kv_layout *l)
 {
     for (int g = 0; g < KV_MAX_GROUPS; g++)
         l->window[g] = 0;
+}
+
+uint64_t kv_layout_state_bytes(const kv_layout *l)
+{
+    uint64_t b = 0;
+    for (int32_t i = 0; i < l->n_layers; i++)
+        b += (uint64_t)l->state_floats[i] * 4;
+    return b;
+}
+
+uint64_t kv_layout_state_offset(const kv_layout *l, int32_t layer)
+{
+    uint64_t b = 0;
+    for (int32_t i = 0; i < layer && i < l->n_layers; i++)
+        b += (uint64_t)l->state_floats[i] * 4;
+    return b;
 }

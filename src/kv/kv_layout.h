@@ -17,6 +17,13 @@
  * (n_kv_heads x head_dim) and format: no layer is padded to another's shape.
  * All groups share block_tokens, so the hash chain of a prefix names the same
  * block boundaries in every group (kv_pool salts the key per group).
+ *
+ * Recurrent state (hybrid models, docs/hybrid.md): a recurrent layer (in no
+ * group) keeps a fixed-size f32 state per sequence instead of K/V per
+ * position; state_floats[L] > 0 says how big. The pool keeps every recurrent
+ * layer's state of one sequence together in one *state block* (its own block
+ * class, KV_STATE_GROUP): a sequence's working state, or a snapshot of it at a
+ * block boundary published under the same hash chain as the KV blocks.
  */
 #ifndef KILN_KV_LAYOUT_H
 #define KILN_KV_LAYOUT_H
@@ -26,6 +33,7 @@
 #include "kv/kv_format.h"
 
 #define KV_MAX_GROUPS 4
+#define KV_STATE_GROUP KV_MAX_GROUPS /* the state blocks' "group": their keys are salted by it */
 
 typedef struct {
     int32_t n_layers;                /* model layers (indexing below) */
@@ -35,6 +43,8 @@ typedef struct {
     int8_t group[KV_FMT_MAX_LAYERS]; /* the layer's group; -1 = stores no K/V */
     int32_t n_kv_heads[KV_FMT_MAX_LAYERS];
     int32_t head_dim[KV_FMT_MAX_LAYERS]; /* also set for layers in no group (their format) */
+    uint32_t state_floats[KV_FMT_MAX_LAYERS]; /* recurrent layers: f32 values of the layer's
+                                                 state per sequence (in no group); else 0 */
 } kv_layout;
 
 /* API */
@@ -50,5 +60,9 @@ uint64_t kv_layout_bytes_per_token(const kv_layout *l, const kv_format *f, int g
 int32_t kv_layout_layers(const kv_layout *l, int g);
 /* Every window set to 0 (nothing is given back: tests compare against it). */
 void kv_layout_keep_all(kv_layout *l);
+/* Bytes of one state block: every recurrent layer's state (0: the model has none). */
+uint64_t kv_layout_state_bytes(const kv_layout *l);
+/* Byte offset of layer L's state inside a state block. */
+uint64_t kv_layout_state_offset(const kv_layout *l, int32_t layer);
 
 #endif

@@ -19,6 +19,10 @@
  *       0 full, group 0 main, group 1 full, ...); each class has its own free
  *       list and LRU list (allocation of one class never evicts another)
  *   (6) a published block is indexed under kv_pool_key(its group, hash)
+ *   (7) state blocks (hybrid models) are one more class, STATE_CLS, after every
+ *       KV class: group KV_STATE_GROUP, block = every recurrent layer's state;
+ *       the --prompt-cache cap counts KV blocks only (the state class is
+ *       bounded by its own size)
  * Layout: the slab holds the classes in that order; inside a block of class c,
  * layer L's K records start at koff[c][L] and its V records at voff[c][L]
  * (layers of other groups have no offset; per-layer formats and geometries
@@ -37,7 +41,9 @@
 
 typedef enum { KV_BLOCK_FREE, KV_BLOCK_ACTIVE, KV_BLOCK_CACHED } kv_block_state;
 
-#define N_CLS (2 * KV_MAX_GROUPS) /* class = 2 * group + precision (KV_CLASS_FULL/MAIN) */
+/* class = 2 * group + precision (KV_CLASS_FULL/MAIN); then the state class */
+#define STATE_CLS (2 * KV_MAX_GROUPS)
+#define N_CLS (STATE_CLS + 1)
 
 typedef struct {
     int32_t refcnt;
@@ -57,6 +63,7 @@ struct kv_pool {
     size_t block_bytes[N_CLS];
     size_t slab_off[N_CLS];            /* where class c's first block starts in the slab */
     size_t *koff[N_CLS], *voff[N_CLS]; /* OWNED [n_layers] byte offsets inside a block */
+    size_t *soff;                      /* OWNED [n_layers]: a layer's part of a state block */
     uint8_t *slab;                     /* OWNED */
     kv_meta *meta;                     /* OWNED [n_total] */
     kv_block_id free_head[N_CLS];
@@ -163,11 +170,17 @@ static void free_push(kv_pool *p, kv_block_id b)
     p->n_free_cls[c]++;
 }
 
-/* CACHED -> FREE for the least recently used block of any class (the cache cap). */
+/* CACHED KV blocks (the cache cap counts no state block, (7)). */
+static int32_t cached_kv(const kv_pool *p)
+{
+    return p->n_cached - p->n_cached_cls[STATE_CLS];
+}
+
+/* CACHED -> FREE for the least recently used KV block of any class (the cache cap). */
 static void evict_to_free(kv_pool *p)
 {
     kv_block_id b = -1;
-    for (int c = 0; c < N_CLS; c++) {
+    for (int c = 0; c < STATE_CLS; c++) {
         kv_block_id h = p->lru_head[c];
         if (h >= 0 && (b < 0 || p->meta[h].lru_tick < p->meta[b].lru_tick)) b = h;
     }
@@ -279,20 +292,29 @@ kiln_code kv_pool_create(const kv_pool_config *cfg, kv_pool **out, kiln_err *err
         p->count[2 * g + KV_CLASS_MAIN] = nb - nf;
     }
     p->cfg.n_blocks_full = p->cfg.group_blocks_full[0];
+    uint64_t sb = kv_layout_state_bytes(&p->layout);
+    if (cfg->state_blocks < 0 || (sb > 0 && cfg->state_blocks < 1) || sb > SIZE_MAX / 2) goto bad;
+    p->count[STATE_CLS] = sb > 0 ? cfg->state_blocks : 0;
+    p->soff = calloc((size_t)p->layout.n_layers, sizeof *p->soff);
+    if (!p->soff) goto nomem;
+    for (int32_t l = 0; l < p->layout.n_layers; l++)
+        p->soff[l] = (size_t)kv_layout_state_offset(&p->layout, l);
     for (int c = 0; c < N_CLS; c++) {
         int g = c / 2, prec = c % 2;
         if (p->n_total > INT32_MAX - p->count[c]) goto too_large;
         p->start[c] = p->n_total;
         p->n_total += p->count[c];
-        p->block_bytes[c] =
-            g < p->layout.n_groups ? class_bytes(&p->cfg, &p->layout, &p->fmt, g, prec) : 0;
+        p->block_bytes[c] = c == STATE_CLS ? (size_t)sb
+                            : g < p->layout.n_groups
+                                ? class_bytes(&p->cfg, &p->layout, &p->fmt, g, prec)
+                                : 0;
         p->koff[c] = malloc(sizeof(size_t) * (size_t)p->layout.n_layers);
         p->voff[c] = malloc(sizeof(size_t) * (size_t)p->layout.n_layers);
         if (!p->koff[c] || !p->voff[c]) goto nomem;
         size_t at = 0;
         for (int32_t l = 0; l < p->layout.n_layers; l++) {
             p->koff[c][l] = p->voff[c][l] = 0;
-            if (p->layout.group[l] != g) continue;
+            if (c == STATE_CLS || p->layout.group[l] != g) continue;
             size_t half = (size_t)cfg->block_tokens * (size_t)p->layout.n_kv_heads[l] *
                           kn_kv_rec_bytes(kv_format_at(&p->fmt, prec, l), p->layout.head_dim[l]);
             p->koff[c][l] = at;
@@ -351,6 +373,7 @@ void kv_pool_destroy(kv_pool *p)
         free(p->koff[c]);
         free(p->voff[c]);
     }
+    free(p->soff);
     free(p->meta);
     free(p->index);
     free(p->index_keys);
@@ -419,6 +442,10 @@ static kiln_code alloc_class(kv_pool *p, int c, kv_block_id *out, kiln_err *err)
         p->evictions++;
     } else {
         *out = -1;
+        if (c == STATE_CLS)
+            return kiln_fail(err, KILN_E_BUDGET,
+                             "kv cache full: all %d recurrent-state blocks are in use",
+                             (int)p->count[c]);
         return kiln_fail(err, KILN_E_BUDGET, "kv cache full: all %d %sblocks%s are in use",
                          (int)p->count[c], c % 2 == KV_CLASS_FULL ? "full-precision " : "",
                          p->layout.n_groups > 1 ? (p->layout.window[c / 2] ? " of a sliding group"
@@ -437,6 +464,7 @@ static kiln_code alloc_class(kv_pool *p, int c, kv_block_id *out, kiln_err *err)
 kiln_code kv_pool_alloc_at(kv_pool *p, int group, int32_t block_index, kv_block_id *out,
                            kiln_err *err)
 {
+    if (group == KV_STATE_GROUP) return kv_pool_state_alloc(p, out, err);
     KILN_ASSERT(group >= 0 && group < p->layout.n_groups);
     return alloc_class(p, 2 * group + kv_pool_class_of(p, block_index), out, err);
 }
@@ -464,7 +492,8 @@ void kv_pool_release(kv_pool *p, kv_block_id b)
         m->state = KV_BLOCK_CACHED;
         lru_push_tail(p, b);
         p->n_cached++;
-        while (p->n_cached > p->cache_cap) evict_to_free(p);
+        while (cached_kv(p) > p->cache_cap)
+            evict_to_free(p);
     } else {
         free_push(p, b);
     }
@@ -562,7 +591,16 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *p)
         .evictions = p->evictions,
         .n_groups = p->layout.n_groups,
     };
-    for (int c = 0; c < N_CLS; c++) {
+    s.state.n_blocks = p->count[STATE_CLS];
+    s.state.n_free = p->n_free_cls[STATE_CLS];
+    s.state.n_cached = p->n_cached_cls[STATE_CLS];
+    s.state.n_active = s.state.n_blocks - s.state.n_free - s.state.n_cached;
+    s.state.block_bytes = p->block_bytes[STATE_CLS];
+    s.n_blocks -= s.state.n_blocks; /* the KV blocks' counts; the state apart */
+    s.n_free -= s.state.n_free;
+    s.n_active -= s.state.n_active;
+    s.n_cached -= s.state.n_cached;
+    for (int c = 0; c < STATE_CLS; c++) {
         kv_pool_group_stats *g = &s.group[c / 2];
         s.bytes += p->block_bytes[c] * (size_t)p->count[c];
         g->n_blocks += p->count[c];
@@ -586,12 +624,46 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *p)
 void kv_pool_set_cache_cap(kv_pool *p, int32_t max_cached)
 {
     p->cache_cap = max_cached < 0 ? 0 : max_cached;
-    while (p->n_cached > p->cache_cap) evict_to_free(p);
+    while (cached_kv(p) > p->cache_cap)
+        evict_to_free(p);
 }
 
 int32_t kv_pool_available(const kv_pool *p)
 {
-    return p->n_free + p->n_cached;
+    return p->n_free - p->n_free_cls[STATE_CLS] + cached_kv(p);
+}
+
+/* ---------------------------------------------------------------- state blocks */
+
+int kv_pool_has_state(const kv_pool *p)
+{
+    return p->count[STATE_CLS] > 0;
+}
+
+size_t kv_pool_state_bytes(const kv_pool *p)
+{
+    return p->block_bytes[STATE_CLS];
+}
+
+kiln_code kv_pool_state_alloc(kv_pool *p, kv_block_id *out, kiln_err *err)
+{
+    if (p->count[STATE_CLS] == 0) {
+        *out = -1;
+        return kiln_fail(err, KILN_E_INTERNAL, "kv pool: the model keeps no recurrent state");
+    }
+    return alloc_class(p, STATE_CLS, out, err);
+}
+
+float *kv_pool_state_layer(kv_pool *p, kv_block_id b, int32_t layer)
+{
+    KILN_DASSERT(b >= 0 && b < p->n_total && cls_of(p, b) == STATE_CLS && layer >= 0 &&
+                 layer < p->layout.n_layers && p->layout.state_floats[layer] > 0);
+    return (float *)(void *)(block_base(p, b) + p->soff[layer]);
+}
+
+int32_t kv_pool_state_available(const kv_pool *p)
+{
+    return p->n_free_cls[STATE_CLS] + p->n_cached_cls[STATE_CLS];
 }
 
 int32_t kv_window_first_block(int32_t window, int32_t block_tokens, int64_t pos)
@@ -614,6 +686,8 @@ int64_t kv_seq_max_blocks(int32_t window, int32_t max_chunk, int32_t block_token
 
 int kv_pool_can_hold(const kv_pool *p, int32_t n_blocks)
 {
+    /* a recurrent model's sequence needs its working state and room for a snapshot */
+    if (p->count[STATE_CLS] > 0 && kv_pool_state_available(p) < 2) return 0;
     for (int g = 0; g < p->layout.n_groups; g++) {
         int32_t need[2] = {0, 0};
         int64_t held = kv_seq_max_blocks(p->layout.window[g], p->cfg.max_chunk, p->cfg.block_tokens,

@@ -64,6 +64,9 @@ typedef struct {
     int32_t group_blocks[KV_MAX_GROUPS];      /* blocks of groups 1..n_groups-1 (group 0:
                                                  n_blocks; kv_pool_create fills [0]) */
     int32_t group_blocks_full[KV_MAX_GROUPS]; /* of them, full precision ([0] likewise) */
+    int32_t state_blocks; /* recurrent-state blocks (layout with state_floats; >= 1 then) */
+    int32_t state_every;  /* engine policy (eng_seq.c): publish a state snapshot every N
+                             block boundaries; 0 = only the ones a sequence keeps */
 } kv_pool_config;
 
 typedef struct {
@@ -76,13 +79,16 @@ typedef struct {
 typedef struct {
     int32_t n_blocks, n_free, n_active, n_cached; /* over every group */
     uint64_t hits, misses, evictions;
-    size_t bytes;            /* the pool's slab */
+    size_t bytes;            /* the pool's KV blocks (the slab less the state blocks) */
     int32_t n_blocks_full;   /* blocks of the full-precision classes (0: one class) */
     size_t block_bytes;      /* bytes of one main-class block of every group together
                                 (block_tokens positions of every layer that stores K/V) */
     size_t block_bytes_full; /* the same at full precision */
     int32_t n_groups;
     kv_pool_group_stats group[KV_MAX_GROUPS];
+    kv_pool_group_stats state; /* recurrent-state blocks (block_bytes: one state); zeros
+                                  without recurrent layers; not counted in bytes nor in
+                                  n_blocks/n_free/... above (they are the KV blocks') */
 } kv_pool_stats;
 
 typedef struct kv_pool kv_pool;
@@ -179,6 +185,21 @@ uint64_t kv_pool_publish_gen(const kv_pool *pool); /* changes whenever a block i
 int kv_pool_can_hold(const kv_pool *pool, int32_t n_blocks);
 /* Checks invariants (1)..(4) of kv_pool.c; returns 0 when they hold. Tests. */
 int kv_pool_check(const kv_pool *pool);
+
+/* Recurrent state (kv_layout.h; docs/hybrid.md). A state block holds every
+ * recurrent layer's state of one sequence: a working state (updated in place
+ * by the step) or a snapshot, published like a KV block under
+ * kv_pool_key(KV_STATE_GROUP, chain hash) (kv_pool_publish, kv_pool_lookup,
+ * kv_pool_find, the tier hooks and kv_pool_alloc_at take KV_STATE_GROUP). */
+int kv_pool_has_state(const kv_pool *pool);
+size_t kv_pool_state_bytes(const kv_pool *pool); /* one state block */
+/* A state block with refcnt 1 (FREE first, else the least recently used
+ * CACHED snapshot, which loses its hash). Its bytes are not cleared.
+ * KILN_E_BUDGET when every state block is ACTIVE. */
+kiln_code kv_pool_state_alloc(kv_pool *pool, kv_block_id *out, kiln_err *err);
+/* Layer `layer`'s part of state block b (kv_layout.state_floats[layer] f32). */
+float *kv_pool_state_layer(kv_pool *pool, kv_block_id b, int32_t layer);
+int32_t kv_pool_state_available(const kv_pool *pool); /* FREE + CACHED state blocks */
 
 /* Sliding window. The first block a sequence whose next query sits at position
  * `pos` still reads: attention at p reads positions p - window + 1 .. p, so

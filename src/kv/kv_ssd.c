@@ -878,8 +878,7 @@ int kv_ssd_put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size
     return put(s, kind, key, data, bytes, 0);
 }
 
-int kv_ssd_put_background(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data,
-                          size_t bytes)
+int kv_ssd_put_background(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size_t bytes)
 {
     return put(s, kind, key, data, bytes, 1);
 }
@@ -910,8 +909,28 @@ static int put(kv_ssd *s, kv_ssd_kind kind, uint64_t key, const void *data, size
     int r = 0;
     int32_t old = map_find(s, kind, key);
     if (old >= 0 && kind == KV_SSD_CKPT) { /* a newer checkpoint replaces the old one */
-        if (s->ent[old].state == ST_QUEUED && !s->ent[old].q->in_flight)
-            queue_drop(s, s->ent[old].q);
+        item *q = s->ent[old].state == ST_QUEUED ? s->ent[old].q : NULL;
+        if (q && !q->in_flight && !s->st.degraded &&
+            s->st.pending_bytes - q->bytes + bytes <= queue_cap_for(s, kind)) {
+            /* in place, keeping the queued version's turn: re-queued at the tail
+             * at every save, a checkpoint would never be written while a fast
+             * decode keeps queueing blocks ahead of it */
+            uint8_t *buf = malloc(KV_SSD_HEADER_BYTES + bytes + KV_SSD_TRAILER_BYTES);
+            if (!buf) { /* the queued version stays */
+                s->st.dropped++;
+                r = -1;
+                goto out;
+            }
+            memcpy(buf + KV_SSD_HEADER_BYTES, data, bytes);
+            free(q->buf);
+            s->st.pending_bytes = s->st.pending_bytes - q->bytes + bytes;
+            q->buf = buf;
+            q->bytes = bytes;
+            r = 1;
+            goto out;
+        }
+        if (q && !q->in_flight)
+            queue_drop(s, q);
         else if (s->ent[old].state == ST_ONDISK)
             ondisk_remove(s, old, 0); /* rename overwrites */
         else { /* being written right now: the newer version waits beside it */

@@ -6,6 +6,10 @@
  *
  * Geometry (heads, head_dim, window, scale, RoPE, the layer whose K/V it reads)
  * comes from the layer's mdl_layer_plan, so layers of one model may differ.
+ * Gated attention (attn_gate, Qwen3.5): q_proj emits per head head_dim query
+ * values then head_dim gate values (into s->mix); the query is split off
+ * before its norm and RoPE, and the attention output is multiplied by
+ * sigmoid(gate) before o_proj.
  * Contract: reads s->h (the normed input, [T, H]), leaves the block's output in
  * s->h. Every per-token result depends only on that token's row and its
  * sequence's keys, reduced in a fixed order (batch and chunk invariance).
@@ -15,8 +19,10 @@
 #include "model/mdl_int.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* qk-norm, RoPE, and (a layer that stores K/V) K/V into the token's block
  * slot of the layer's group. */
@@ -34,6 +40,9 @@ static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     for (int64_t t = t0; t < t1; t++) {
         float *q = s->q + t * nh * hd, *k = s->k + t * nkv * hd, *v = s->v + t * nkv * hd;
         const float *cs = rope ? s->cs[p->rope] + t * rope->rot : NULL;
+        if (p->attn_gate) /* [query, gate] per head: the queries, packed */
+            for (int64_t h = 0; h < nh; h++)
+                memcpy(q + h * hd, s->mix + (t * nh + h) * 2 * hd, sizeof(float) * (size_t)hd);
         for (int64_t h = 0; h < nh; h++) {
             if (ly->attn.q_norm) kn_rmsnorm(q + h * hd, q + h * hd, ly->attn.q_norm, hd, eps, 0.0f);
             if (rope) kn_rope_neox(q + h * hd, rope->rot, cs);
@@ -56,6 +65,22 @@ static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
             kn_kv_store(f, v + h * hd, (int32_t)hd, vd + (size_t)h * rec);
         }
     }
+}
+
+/* att *= sigmoid(gate) (gated attention). */
+static void gate_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    mdl_step *s = ctx;
+    const mdl_layer_plan *p = s->ly->p;
+    int64_t hd = p->head_dim, nh = p->n_heads;
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t h = 0; h < nh; h++) {
+            float *a = s->att + (t * nh + h) * hd;
+            const float *g = s->mix + (t * nh + h) * 2 * hd + hd;
+            for (int64_t i = 0; i < hd; i++)
+                a[i] *= 1.0f / (1.0f + expf(-g[i]));
+        }
 }
 
 /* One item = one (sequence, KV head): its query heads together, so the kernel
@@ -142,9 +167,9 @@ void mdl_attn_forward(mdl_step *s)
     const mdl_layer_plan *p = s->ly->p;
     int64_t T = s->T, H = s->m->plan.hidden;
     int64_t qd = (int64_t)p->n_heads * p->head_dim, kd = (int64_t)p->n_kv_heads * p->head_dim;
-    kn_matmul(pool, &at->wq, s->h, T, s->q);
-    mdl_add_bias_rows(s->q, at->bq, T, qd);
-    mdl_lora_apply(s, MDL_LT_Q, s->h, H, s->q, qd);
+    kn_matmul(pool, &at->wq, s->h, T, p->attn_gate ? s->mix : s->q);
+    mdl_add_bias_rows(p->attn_gate ? s->mix : s->q, at->bq, T, p->attn_gate ? 2 * qd : qd);
+    mdl_lora_apply(s, MDL_LT_Q, s->h, H, p->attn_gate ? s->mix : s->q, p->attn_gate ? 2 * qd : qd);
     if (p->kv_src == s->layer) {
         kn_matmul(pool, &at->wk, s->h, T, s->k);
         kn_matmul(pool, &at->wv, s->h, T, s->v);
@@ -156,6 +181,7 @@ void mdl_attn_forward(mdl_step *s)
     kn_pool_for(pool, T, s->grain, qkv_rows, s);
     bind_layer(s);
     kn_pool_for(pool, (int64_t)s->n_seqs * p->n_kv_heads, 1, attn_items, s);
+    if (p->attn_gate) kn_pool_for(pool, T, s->grain, gate_rows, s);
     kn_matmul(pool, &at->wo, s->att, T, s->h);
     mdl_add_bias_rows(s->h, at->bo, T, H);
     mdl_lora_apply(s, MDL_LT_O, s->att, qd, s->h, H);
@@ -175,11 +201,12 @@ kiln_code mdl_attn_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *e
 #define VEC(field, sub, len, opt)                                                                  \
     snprintf(n, sizeof n, "%s.%s", prefix, sub);                                                   \
     if ((rc = mdl_load_vec(m, n, len, opt, 0.0f, &a->field, err))) return rc
-    MAT(wq, "q_proj", qd, H);
+    int64_t qrows = p->attn_gate ? 2 * qd : qd; /* gated: [query, gate] per head */
+    MAT(wq, "q_proj", qrows, H);
     MAT(wk, "k_proj", kd, H);
     MAT(wv, "v_proj", kd, H);
     MAT(wo, "o_proj", H, qd);
-    VEC(bq, "q_proj.bias", qd, !p->q_bias);
+    VEC(bq, "q_proj.bias", qrows, !p->q_bias);
     VEC(bk, "k_proj.bias", kd, !p->k_bias);
     VEC(bv, "v_proj.bias", kd, !p->v_bias);
     VEC(bo, "o_proj.bias", H, 1); /* Qwen2 has q/k/v biases only: o's when present */

@@ -4,7 +4,8 @@
  *
  * Per layer (T = Σ n_i new tokens, all f32), each stage a kind's function:
  *   h = RMSNorm(x, in_norm)                 per token            (pool over tokens)
- *   h = mixer(h)                            mdl_attn_forward     (kinds: mdl_plan.h)
+ *   h = mixer(h)                            mdl_attn_forward or mdl_delta_forward
+ *                                                                (kinds: mdl_plan.h)
  *   h = RMSNorm(h, post_mix_norm)           when the family has it
  *   x += h
  *   h = ffn(RMSNorm(x, pre_ffn_norm))       mdl_mlp_forward
@@ -14,7 +15,9 @@
  * when the plan says). Every per-token result depends only on that token's row
  * and its sequence's keys, each reduced in a fixed order: a sequence's logits
  * are bitwise the same whatever else is in the batch and however its prefill
- * is chunked.
+ * is chunked. A recurrent layer carries each sequence's state in its state
+ * block from one step to the next (a sequence starting at position 0 starts
+ * from zeros), walking the sequence's tokens in order.
  * Scratch: one arena per context, sized at mdl_ctx_create from the plan, reset
  * per step. Threads: the engine thread calls; kernels fan out through the kn_pool.
  */
@@ -42,8 +45,8 @@ struct mdl_ctx {
 
 static size_t step_floats(const mdl_plan *p, int64_t T)
 {
-    return (size_t)T *
-           (size_t)(2 * p->hidden + 2 * p->max_q + 2 * p->max_kv + 2 * p->max_ffn + p->rope_floats);
+    return (size_t)T * (size_t)(2 * p->hidden + 2 * p->max_q + 2 * p->max_kv + 2 * p->max_ffn +
+                                p->rope_floats + p->max_mix);
 }
 
 size_t mdl_scratch_bytes(const mdl_plan *p, int n_threads, int32_t max_tokens, int32_t max_seqs,
@@ -60,12 +63,13 @@ size_t mdl_scratch_bytes(const mdl_plan *p, int n_threads, int32_t max_tokens, i
     probe.pos0 = max_ctx - 1;
     int64_t s2 = kn_attn_scratch_floats(&probe);
     int64_t af = (s1 > s2 ? s1 : s2) + 16;
+    if (af < p->max_lin_dv + 16) af = p->max_lin_dv + 16; /* the delta rule's scratch */
     if (attn_floats) *attn_floats = af;
     size_t max_blocks = (size_t)max_ctx + 1; /* pointer tables: at most one block per position */
     return sizeof(float) * (step_floats(p, max_tokens) + (size_t)n_threads * (size_t)af) +
-           sizeof(int32_t) * 2 * (size_t)max_tokens +
+           sizeof(int32_t) * (2 * (size_t)max_tokens + (size_t)max_seqs + 1) +
            (sizeof(kn_attn_args) + 2 * sizeof(void *) * max_blocks) * (size_t)max_seqs +
-           64 * (16 + MDL_MAX_ROPES + 2 * (size_t)max_seqs); /* 64-byte alignment of arrays */
+           64 * (18 + MDL_MAX_ROPES + 2 * (size_t)max_seqs); /* 64-byte alignment of arrays */
 }
 
 kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens, int32_t max_seqs,
@@ -184,6 +188,19 @@ static kiln_code check_batch(const mdl_ctx *cx, const kv_pool *kv, const mdl_seq
                                      "sequence %d: adapter %d was not loaded for this model",
                                      (int)i, (int)k);
         }
+        if (kv_pool_has_state(kv)) { /* recurrent layers: a working state, snapshots in order */
+            if (s->state < 0)
+                return kiln_fail(err, KILN_E_INVALID, "sequence %d: no recurrent state block",
+                                 (int)i);
+            for (int32_t k = 0; k < s->n_snaps; k++)
+                if (!s->snap_pos || !s->snap_blocks || s->snap_blocks[k] < 0 ||
+                    s->snap_blocks[k] == s->state || s->snap_pos[k] <= s->pos0 ||
+                    s->snap_pos[k] > s->pos0 + s->n_tokens ||
+                    (k > 0 && s->snap_pos[k] <= s->snap_pos[k - 1]))
+                    return kiln_fail(err, KILN_E_INVALID,
+                                     "sequence %d: state snapshot %d is out of order", (int)i,
+                                     (int)k);
+        }
         for (int32_t j = 0; j < s->n_tokens; j++)
             if (s->tokens[j] < 0 || s->tokens[j] >= vocab)
                 return kiln_fail(err, KILN_E_INVALID, "token id %d is out of range (vocab %lld)",
@@ -214,9 +231,14 @@ static kiln_code step_alloc(mdl_step *s, kiln_err *err)
     s->scratch = ARENA_ARRAY(a, float, (int64_t)cx->n_threads * cx->attn_scratch);
     s->tok_seq = ARENA_ARRAY(a, int32_t, T);
     s->tok_pos = ARENA_ARRAY(a, int32_t, T);
+    s->row0 = ARENA_ARRAY(a, int32_t, s->n_seqs + 1);
+    s->mix = p->max_mix > 0 ? ARENA_ARRAY(a, float, T * p->max_mix) : NULL;
     if (!s->x || !s->h || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->scratch ||
-        !s->tok_seq || !s->tok_pos)
+        !s->tok_seq || !s->tok_pos || !s->row0 || (p->max_mix > 0 && !s->mix))
         return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
+    s->row0[0] = 0;
+    for (int32_t i = 0; i < s->n_seqs; i++)
+        s->row0[i + 1] = s->row0[i] + s->seqs[i].n_tokens;
     for (int32_t r = 0; r < p->n_ropes; r++)
         if (!(s->cs[r] = ARENA_ARRAY(a, float, T * p->rope[r].rot)))
             return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
@@ -230,7 +252,14 @@ static void layer_forward(mdl_step *s, int32_t L)
     s->ly = ly;
     s->layer = L;
     mdl_norm_rows(s, s->h, s->x, ly->in_norm, H);
-    mdl_attn_forward(s);
+    switch (ly->p->mixer) {
+    case MDL_MIX_ATTN:
+        mdl_attn_forward(s);
+        break;
+    case MDL_MIX_DELTANET:
+        mdl_delta_forward(s);
+        break;
+    }
     if (ly->post_mix_norm) mdl_norm_rows(s, s->h, s->h, ly->post_mix_norm, H);
     kn_add(s->x, s->h, T * H);
     mdl_norm_rows(s, s->h, s->x, ly->pre_ffn_norm, H);
@@ -286,6 +315,13 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
     arena_reset(&cx->ar);
     if ((rc = step_alloc(&s, err))) return rc;
     embed_tokens(&s);
+    if (kv_pool_has_state(kv)) /* a sequence at its start has a zero recurrent state */
+        for (int32_t i = 0; i < n_seqs; i++)
+            if (seqs[i].pos0 == 0) {
+                size_t n;
+                memset(kv_pool_block_data_mut(kv, seqs[i].state, &n), 0, kv_pool_state_bytes(kv));
+                (void)n;
+            }
     for (int32_t L = 0; L < p->n_layers; L++)
         layer_forward(&s, L);
     /* final norm on the rows that need logits, gathered densely into h */

@@ -25,6 +25,16 @@ typedef struct {
     float *bq, *bk, *bv, *bo; /* OWNED biases or NULL */
 } mdl_attn;
 
+/* Gated DeltaNet (geometry in the layer's mdl_layer_plan; mdl_delta.c). */
+typedef struct {
+    kn_mat in_qkv, in_z, in_b, in_a; /* [C, H], [Hv*Dv, H], [Hv, H] x2 */
+    kn_mat out;                      /* [H, Hv*Dv] */
+    float *conv_w;                   /* OWNED [C, K]: tap j of channel c at c*K + j */
+    float *a_neg;                    /* OWNED [Hv]: -exp(A_log) */
+    float *dt_bias;                  /* OWNED [Hv] */
+    float *norm;                     /* OWNED [Dv]: the gated RMSNorm's weight, as stored */
+} mdl_delta;
+
 /* Gated MLP: down(act(gate(x)) * up(x)). */
 typedef struct {
     kn_mat gate, up, down;         /* [F, H] x2, [H, F] */
@@ -38,6 +48,7 @@ typedef struct {
     float *pre_ffn_norm;     /* OWNED [H]: before the feed-forward block */
     float *post_ffn_norm;    /* OWNED [H] or NULL: on its output (Gemma) */
     mdl_attn attn;
+    mdl_delta delta;
     mdl_mlp mlp;
 } mdl_layer;
 
@@ -94,6 +105,8 @@ struct mdl_step {
     float *h;                   /* [T, H] normed input of a block, then its output */
     float *q, *k, *v, *att;     /* [T, max_q], [T, max_kv] x2, [T, max_q] */
     float *g, *u;               /* [T, max_ffn] x2 */
+    float *mix;                 /* [T, max_mix] mixer scratch (NULL when max_mix is 0) */
+    int32_t *row0; /* [n_seqs + 1]: sequence i's tokens are rows [row0[i], row0[i+1]) */
     float *cs[MDL_MAX_ROPES];   /* [T, rope.rot] cos/sin per rope */
     float *scratch;             /* [n_threads, attn_scratch] */
     int64_t attn_scratch;       /* floats per thread */
@@ -123,6 +136,11 @@ kiln_code mdl_attn_alloc(mdl_step *s, arena *a, kiln_err *err);
 void mdl_attn_forward(mdl_step *s);
 kiln_code mdl_attn_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
 void mdl_attn_free(mdl_attn *a);
+/* mdl_delta.c: the gated DeltaNet mixer, the same contract; each sequence's
+ * state lives in its state block (mdl_seq.state), snapshots as it asks. */
+void mdl_delta_forward(mdl_step *s);
+kiln_code mdl_delta_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
+void mdl_delta_free(mdl_delta *d);
 /* mdl_mlp.c: the same contract. */
 void mdl_mlp_forward(mdl_step *s);
 kiln_code mdl_mlp_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);

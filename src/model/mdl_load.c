@@ -9,7 +9,15 @@
  *   layers.L.{input_layernorm, post_attention_layernorm}
  *   layers.L.self_attn.{q,k,v,o}_proj (+ .bias), .{q,k}_norm (qwen3)
  *   layers.L.mlp.{gate,up,down}_proj
+ *   layers.L.linear_attn.* (hybrid models' gated DeltaNet layers, mdl_delta.c)
  * Every shape is checked against the plan (mdl_tensors.c).
+ * Hybrid (Qwen3.5) layout rule (design/models/qwen3_5.md §1, as mlx-lm
+ * decides): a conv1d.weight whose last dim is not 1 is an HF checkpoint,
+ * whose input/post-attention/final/q/k norms store w - 1 (norm_add 1);
+ * otherwise (mlx-lm layout: conv axis moved, +1 folded in) they are the
+ * multiplier. With no DeltaNet layer to look at, the mlx-lm prefix
+ * (language_model.model.) says mlx. Never keyed on model_type. The gated
+ * norm is always used as stored. mtp.* and vision tensors are never read.
  */
 #include "model/mdl_int.h"
 #include "util/half.h"
@@ -41,6 +49,22 @@ static kiln_code find_prefix(mdl_model *m, kiln_err *err)
                      "model.language_model. or language_model.model.)");
 }
 
+/* Hybrid models: the checkpoint layout decides the `1 + w` norms (header). */
+static void detect_norm_layout(mdl_model *m)
+{
+    if (m->cfg.arch != WT_ARCH_QWEN3_5) return;
+    for (int32_t L = 0; L < m->plan.n_layers; L++) {
+        if (m->plan.layer[L].mixer != MDL_MIX_DELTANET) continue;
+        char n[200];
+        snprintf(n, sizeof n, "%slayers.%d.linear_attn.conv1d.weight", m->prefix, (int)L);
+        const wt_tensor *t = wt_set_find(m->ws, n);
+        if (!t) break;
+        m->plan.norm_add = t->ndim == 3 && t->shape[2] != 1 ? 1.0f : 0.0f;
+        return;
+    }
+    m->plan.norm_add = strcmp(m->prefix, "language_model.model.") == 0 ? 0.0f : 1.0f;
+}
+
 /* The norms around a layer's blocks, then each block's tensors. */
 static kiln_code load_layer(mdl_model *m, int32_t L, kiln_err *err)
 {
@@ -55,8 +79,13 @@ static kiln_code load_layer(mdl_model *m, int32_t L, kiln_err *err)
     if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->in_norm, err))) return rc;
     snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", p);
     if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->pre_ffn_norm, err))) return rc;
-    snprintf(n, sizeof n, "%s.self_attn", p);
-    if ((rc = mdl_attn_load(m, L, n, err))) return rc;
+    if (ly->p->mixer == MDL_MIX_DELTANET) {
+        snprintf(n, sizeof n, "%s.linear_attn", p);
+        if ((rc = mdl_delta_load(m, L, n, err))) return rc;
+    } else {
+        snprintf(n, sizeof n, "%s.self_attn", p);
+        if ((rc = mdl_attn_load(m, L, n, err))) return rc;
+    }
     snprintf(n, sizeof n, "%s.mlp", p);
     return mdl_mlp_load(m, L, n, err);
 }
@@ -76,18 +105,31 @@ static void mat_desc(const kn_mat *w, char *buf, size_t n)
         snprintf(buf, n, "%s", fn[w->fmt]);
 }
 
+#define N_MAT_GROUPS 12
+/* Tensor group g of a layer; NULL when the layer's kind has none. */
 static const kn_mat *layer_mat(const mdl_layer *ly, int g)
 {
-    const kn_mat *ms[] = {&ly->attn.wq,  &ly->attn.wk, &ly->attn.wv, &ly->attn.wo,
-                          &ly->mlp.gate, &ly->mlp.up,  &ly->mlp.down};
-    return ms[g];
+    const kn_mat *ms[N_MAT_GROUPS] = {&ly->attn.wq,    &ly->attn.wk,      &ly->attn.wv,
+                                      &ly->attn.wo,    &ly->delta.in_qkv, &ly->delta.in_z,
+                                      &ly->delta.in_b, &ly->delta.in_a,   &ly->delta.out,
+                                      &ly->mlp.gate,   &ly->mlp.up,       &ly->mlp.down};
+    return ms[g]->rows > 0 ? ms[g] : NULL;
 }
 
 size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
 {
-    static const char *const names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                        "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
-                                        "mlp.down_proj"};
+    static const char *const names[N_MAT_GROUPS] = {"self_attn.q_proj",
+                                                    "self_attn.k_proj",
+                                                    "self_attn.v_proj",
+                                                    "self_attn.o_proj",
+                                                    "linear_attn.in_proj_qkv",
+                                                    "linear_attn.in_proj_z",
+                                                    "linear_attn.in_proj_b",
+                                                    "linear_attn.in_proj_a",
+                                                    "linear_attn.out_proj",
+                                                    "mlp.gate_proj",
+                                                    "mlp.up_proj",
+                                                    "mlp.down_proj"};
     size_t o = 0;
     char d[96], d2[96];
 #define EMIT(...)                                                                                  \
@@ -95,28 +137,37 @@ size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
         if (o < n) o += (size_t)snprintf(buf + o, n - o, __VA_ARGS__);                             \
     } while (0)
     mat_desc(&m->embed, d, sizeof d);
-    EMIT("  %-18s %s\n", "embed_tokens", d);
-    for (int g = 0; g < 7; g++) {
-        const kn_mat *first = layer_mat(&m->layers[0], g);
-        mat_desc(first, d, sizeof d);
-        int64_t differ = 0;
-        for (int64_t L = 1; L < m->cfg.n_layers; L++) {
-            mat_desc(layer_mat(&m->layers[L], g), d2, sizeof d2);
+    EMIT("  %-24s %s\n", "embed_tokens", d);
+    for (int g = 0; g < N_MAT_GROUPS; g++) {
+        int64_t first = -1, differ = 0, have = 0;
+        for (int64_t L = 0; L < m->cfg.n_layers; L++) {
+            const kn_mat *w = layer_mat(&m->layers[L], g);
+            if (!w) continue;
+            have++;
+            if (first < 0) {
+                first = L;
+                mat_desc(w, d, sizeof d);
+                continue;
+            }
+            mat_desc(w, d2, sizeof d2);
             differ += strcmp(d, d2) != 0;
         }
+        if (first < 0) continue; /* no layer of this kind */
         if (differ)
-            EMIT("  %-18s %s in layer 0; %lld of %lld layers differ\n", names[g], d,
-                 (long long)differ, (long long)m->cfg.n_layers);
+            EMIT("  %-24s %s in layer %lld; %lld of %lld layers differ\n", names[g], d,
+                 (long long)first, (long long)differ, (long long)have);
+        else if (have < m->cfg.n_layers)
+            EMIT("  %-24s %s (%lld layers)\n", names[g], d, (long long)have);
         else
-            EMIT("  %-18s %s\n", names[g], d);
+            EMIT("  %-24s %s\n", names[g], d);
     }
     if (m->cfg.tie_word_embeddings)
-        EMIT("  %-18s tied to embed_tokens\n", "lm_head");
+        EMIT("  %-24s tied to embed_tokens\n", "lm_head");
     else {
         mat_desc(&m->lm_head, d, sizeof d);
-        EMIT("  %-18s %s\n", "lm_head", d);
+        EMIT("  %-24s %s\n", "lm_head", d);
     }
-    EMIT("  %-18s f32 (converted at load)\n", "norms, biases");
+    EMIT("  %-24s f32 (converted at load)\n", "norms, biases");
 #undef EMIT
     if (o >= n && n > 0) o = n - 1;
     return o;
@@ -129,14 +180,28 @@ static void describe(mdl_model *m)
     memset(in, 0, sizeof *in);
     add_mat_info(in, &m->embed);
     if (!c->tie_word_embeddings) add_mat_info(in, &m->lm_head);
+    const kn_mat *e = NULL; /* the first layer's first linear names the quantization */
     for (int64_t L = 0; L < c->n_layers; L++)
-        for (int g = 0; g < 7; g++)
-            add_mat_info(in, layer_mat(&m->layers[L], g));
-    for (int32_t L = 0; L < m->plan.n_layers; L++)
-        if (mdl_plan_stores_kv(&m->plan, L))
+        for (int g = 0; g < N_MAT_GROUPS; g++) {
+            const kn_mat *w = layer_mat(&m->layers[L], g);
+            if (!w) continue;
+            add_mat_info(in, w);
+            if (!e) e = w;
+        }
+    if (!e) e = &m->embed;
+    for (int32_t L = 0; L < m->plan.n_layers; L++) {
+        if (mdl_plan_stores_kv(&m->plan, L)) {
             in->kv_bytes_per_token +=
                 2 * (uint64_t)m->plan.layer[L].n_kv_heads * (uint64_t)m->plan.layer[L].head_dim * 4;
-    const kn_mat *e = &m->layers[0].attn.wq;
+            in->kv_layers++;
+        }
+        int64_t sf = mdl_plan_state_floats(&m->plan.layer[L]);
+        in->state_bytes += (uint64_t)sf * 4;
+        in->state_layers += sf > 0;
+    }
+    if (c->arch == WT_ARCH_QWEN3_5)
+        snprintf(in->layout, sizeof in->layout, "%s",
+                 m->plan.norm_add != 0 ? "HF (norms stored as w - 1)" : "mlx-lm (norms as stored)");
     static const char *const fn[] = {"f32", "f16", "bf16", "affine"};
     if (e->fmt == KN_QAFFINE)
         snprintf(in->quant_desc, sizeof in->quant_desc, "MLX affine %d-bit g%d (%s scales)",
@@ -179,6 +244,11 @@ kiln_code mdl_load(const char *dir, mdl_model **out, kiln_err *err)
         goto fail;
     }
     if ((rc = find_prefix(m, err))) goto fail;
+    detect_norm_layout(m);
+    if (c->has_vision || strcmp(m->prefix, "model.language_model.") == 0 ||
+        strcmp(m->prefix, "language_model.model.") == 0)
+        KLOG_INFO("model", "multimodal checkpoint: running the text model only (vision tower "
+                           "skipped)");
     snprintf(name, sizeof name, "%sembed_tokens", m->prefix);
     if ((rc = mdl_load_mat(m, name, c->vocab, c->hidden, &m->embed, err))) goto fail;
     /* the head: lm_head at the top level (or under the mlx wrapper), else tied */
@@ -223,6 +293,7 @@ void mdl_free(mdl_model *m)
             free(ly->pre_ffn_norm);
             free(ly->post_ffn_norm);
             mdl_attn_free(&ly->attn);
+            mdl_delta_free(&ly->delta);
             mdl_mlp_free(&ly->mlp);
         }
         free(m->layers);

@@ -48,8 +48,8 @@ static void target_dims(const mdl_model *m, int32_t L, int t, int64_t *out, int6
             kd = (int64_t)p->n_kv_heads * p->head_dim, F = p->ffn_dim;
     switch (t) {
     case MDL_LT_Q:
-        *out = qd, *in = H;
-        break;
+        *out = p->attn_gate ? 2 * qd : qd, *in = H;
+        break; /* gated: [query, gate] */
     case MDL_LT_K:
     case MDL_LT_V:
         *out = kd, *in = H;
@@ -206,6 +206,11 @@ static kiln_code take_module(mdl_lora *a, mdl_lora_format fmt, int32_t L, int tg
     if (ta->shape[0] != a0 || ta->shape[1] != a1) return shape_fail(ta, want, L, tg, err);
     snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", b0, b1);
     if (tb->shape[0] != b0 || tb->shape[1] != b1) return shape_fail(tb, want, L, tg, err);
+    if (tg <= MDL_LT_O && a->m->plan.layer[L].mixer != MDL_MIX_ATTN)
+        return kiln_fail(err, KILN_E_UNSUPPORTED,
+                         "adapter tensor '%s': layer %d is a recurrent (linear-attention) layer, "
+                         "which has no %s",
+                         ta->name, (int)L, TARGET_NAME[tg]);
     if ((tg == MDL_LT_K || tg == MDL_LT_V) && a->m->plan.layer[L].kv_src != L)
         return kiln_fail(err, KILN_E_UNSUPPORTED,
                          "adapter tensor '%s': layer %d reads another layer's K/V and has no %s",

@@ -41,6 +41,16 @@ typedef struct {
     int32_t rope_len; /* sequence length dynamic-NTK RoPE scales for (HF uses the
                          length of the forward: the whole prompt at prefill, pos+1
                          when decoding); 0 = pos0 + n_tokens */
+    /* recurrent layers (hybrid models, docs/hybrid.md) */
+    kv_block_id state;              /* the sequence's working state block: the state after
+                                       position pos0 - 1 (zeros at pos0 0), updated in place
+                                       to the state after pos0 + n_tokens - 1; -1 when the
+                                       model has no recurrent layer */
+    int32_t n_snaps;                /* state snapshots this step writes */
+    const int32_t *snap_pos;        /* BORROWED [n_snaps], ascending, each in
+                                       (pos0, pos0 + n_tokens]: the state after position
+                                       snap_pos[k] - 1 ... */
+    const kv_block_id *snap_blocks; /* BORROWED [n_snaps]: ... is copied into this state block */
     const mdl_lora_set *lora; /* BORROWED or NULL: the LoRA adapters this sequence runs with
                                  (mdl_lora.h); NULL or n == 0 = the base model */
 } mdl_seq;
@@ -49,6 +59,9 @@ typedef struct {
     uint64_t weights_bytes;      /* tensors used, as stored (mapped) */
     uint64_t n_params;           /* logical parameter count */
     uint64_t kv_bytes_per_token; /* f32 K+V over the layers that store K/V */
+    uint64_t state_bytes;        /* f32 recurrent state of one sequence (hybrid models) */
+    int32_t kv_layers, state_layers; /* layers that store K/V; recurrent layers */
+    char layout[48];                 /* hybrid checkpoints: "HF (1+w norms)" or "mlx-lm"; else "" */
     char quant_desc[128];        /* e.g. "affine 4-bit g64 (bf16 scales)" or "bf16" */
 } mdl_info;
 

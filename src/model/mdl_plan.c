@@ -6,6 +6,10 @@
  * slides on every layer; Qwen2/3 with use_sliding_window on layers >=
  * max_window_layers (wt_config.h). Qwen3 adds per-head q/k norms, Qwen2 q/k/v
  * biases (attention_bias), Llama optional attention/MLP biases.
+ * Qwen3.5 hybrid (plan_qwen35): every full_attention_interval-th layer is gated
+ * attention (q/k norms, partial RoPE, sigmoid output gate), the others gated
+ * DeltaNet (docs/hybrid.md); SwiGLU MLPs; `1 + w` norms in HF-layout files
+ * (the loader decides: mdl_load.c, never the config).
  * A new family adds a rule here (its layer kinds), tensors in its loader, and
  * nothing in the step: the step runs kinds, not families.
  */
@@ -15,11 +19,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+int64_t mdl_plan_state_floats(const mdl_layer_plan *l)
+{
+    if (l->mixer != MDL_MIX_DELTANET) return 0;
+    int64_t C = 2 * (int64_t)l->lin_k_heads * l->lin_k_dim + (int64_t)l->lin_v_heads * l->lin_v_dim;
+    return (int64_t)(l->conv_k - 1) * C +
+           (int64_t)l->lin_v_heads * l->lin_k_dim * (int64_t)l->lin_v_dim;
+}
+
 static void plan_maxima(mdl_plan *p)
 {
     for (int32_t L = 0; L < p->n_layers; L++) {
         const mdl_layer_plan *l = &p->layer[L];
         int64_t q = (int64_t)l->n_heads * l->head_dim, kv = (int64_t)l->n_kv_heads * l->head_dim;
+        int64_t mix = 0;
+        if (l->mixer == MDL_MIX_DELTANET) { /* qkv, z, b, a, output (mdl_delta.c) */
+            int64_t vd = (int64_t)l->lin_v_heads * l->lin_v_dim;
+            mix = 2 * (int64_t)l->lin_k_heads * l->lin_k_dim + vd + vd + 2 * l->lin_v_heads + vd;
+            if (l->lin_v_dim > p->max_lin_dv) p->max_lin_dv = l->lin_v_dim;
+        } else if (l->attn_gate) {
+            mix = 2 * q; /* the raw q_proj output: [query, gate] per head */
+        }
+        if (mix > p->max_mix) p->max_mix = mix;
         if (q > p->max_q) p->max_q = q;
         if (kv > p->max_kv) p->max_kv = kv;
         if (l->ffn_dim > p->max_ffn) p->max_ffn = l->ffn_dim;
@@ -75,6 +96,38 @@ static kiln_code plan_llama(const wt_config *c, mdl_plan *p, kiln_err *err)
     return KILN_OK;
 }
 
+/* Qwen3.5: the config's layer_linear (wt_config_qwen35 checked it against
+ * full_attention_interval) picks each layer's mixer. */
+static kiln_code plan_qwen35(const wt_config *c, mdl_plan *p, kiln_err *err)
+{
+    kiln_code rc = plan_llama(c, p, err); /* attention geometry, rope, MLP */
+    if (rc) return rc;
+    if (!c->layer_linear)
+        return kiln_fail(err, KILN_E_INVALID, "config.json: hybrid model without layer types");
+    if (c->lin_conv < 1 || c->lin_conv > 64)
+        return kiln_fail(err, KILN_E_UNSUPPORTED,
+                         "config.json: linear_conv_kernel_dim %lld (kiln runs 1..64)",
+                         (long long)c->lin_conv);
+    for (int32_t L = 0; L < p->n_layers; L++) {
+        mdl_layer_plan *l = &p->layer[L];
+        l->attn_gate = c->attn_output_gate;
+        if (!c->layer_linear[L]) continue;
+        l->mixer = MDL_MIX_DELTANET;
+        l->n_heads = l->n_kv_heads = 0;
+        l->kv_src = -1;
+        l->rope = -1;
+        l->qk_norm = l->attn_gate = false;
+        l->q_bias = l->k_bias = l->v_bias = false;
+        l->lin_k_heads = (int32_t)c->lin_k_heads;
+        l->lin_v_heads = (int32_t)c->lin_v_heads;
+        l->lin_k_dim = (int32_t)c->lin_k_dim;
+        l->lin_v_dim = (int32_t)c->lin_v_dim;
+        l->conv_k = (int32_t)c->lin_conv;
+    }
+    p->norm_add = 1.0f; /* HF layout; mdl_load keys it on the checkpoint's layout */
+    return KILN_OK;
+}
+
 kiln_code mdl_plan_build(const wt_config *c, mdl_plan *p, kiln_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -95,6 +148,9 @@ kiln_code mdl_plan_build(const wt_config *c, mdl_plan *p, kiln_err *err)
     case WT_ARCH_QWEN3:
         rc = plan_llama(c, p, err);
         break;
+    case WT_ARCH_QWEN3_5:
+        rc = plan_qwen35(c, p, err);
+        break;
     default:
         rc = kiln_fail(err, KILN_E_UNSUPPORTED, "architecture '%s' has no layer plan",
                        c->architecture);
@@ -114,7 +170,15 @@ kiln_code mdl_kv_layout(const mdl_plan *p, int keep_all, kv_layout *out, kiln_er
         return kiln_fail(err, KILN_E_UNSUPPORTED, "%d layers (kiln's KV cache takes at most %d)",
                          (int)p->n_layers, KV_FMT_MAX_LAYERS);
     out->n_layers = p->n_layers;
-    int any_full = 0;
+    int any_full = 0, any_state = 0;
+    for (int32_t L = 0; L < p->n_layers; L++) {
+        int64_t sf = mdl_plan_state_floats(&p->layer[L]);
+        if (sf > UINT32_MAX)
+            return kiln_fail(err, KILN_E_UNSUPPORTED, "layer %d: recurrent state too large",
+                             (int)L);
+        out->state_floats[L] = (uint32_t)sf;
+        any_state |= sf > 0;
+    }
     for (int32_t L = 0; L < p->n_layers; L++)
         any_full |= mdl_plan_stores_kv(p, L) && p->layer[L].window == 0;
     out->n_groups = any_full; /* group 0: full attention */
@@ -138,8 +202,8 @@ kiln_code mdl_kv_layout(const mdl_plan *p, int keep_all, kv_layout *out, kiln_er
         }
         out->group[L] = (int8_t)g;
     }
-    if (out->n_groups == 0)
-        return kiln_fail(err, KILN_E_UNSUPPORTED, "no layer stores K/V (an all-recurrent model)");
+    if (out->n_groups == 0 && !any_state)
+        return kiln_fail(err, KILN_E_UNSUPPORTED, "no layer stores K/V or recurrent state");
     if (keep_all) kv_layout_keep_all(out);
     return KILN_OK;
 }

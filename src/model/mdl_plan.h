@@ -31,6 +31,7 @@
 
 typedef enum {
     MDL_MIX_ATTN = 0, /* softmax attention over the paged KV cache */
+    MDL_MIX_DELTANET, /* gated DeltaNet: a recurrent state per sequence, no KV (mdl_delta.c) */
 } mdl_mixer_kind;
 
 typedef enum {
@@ -60,6 +61,9 @@ typedef struct {
     float attn_softcap; /* 0 = none; scores = c * tanh(scores / c) */
     bool qk_norm;       /* per-head RMSNorm of q and k with weights */
     bool q_bias, k_bias, v_bias, o_bias;
+    bool attn_gate; /* q_proj emits [query, gate] per head; out = attn * sigmoid(gate) */
+    /* gated DeltaNet (MDL_MIX_DELTANET): key/value heads and dims, conv kernel */
+    int32_t lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_k;
     /* feed-forward */
     mdl_ffn_kind ffn;
     int64_t ffn_dim; /* intermediate width of this layer */
@@ -80,6 +84,9 @@ typedef struct {
     int64_t max_q, max_kv, max_ffn; /* floats per token: n_heads*head_dim, n_kv*head_dim, ffn */
     int32_t max_heads, max_kv_heads, max_head_dim;
     int64_t rope_floats; /* Σ over ropes of rot: cos/sin floats per token */
+    int64_t max_mix;     /* floats per token of mixer scratch (gated q_proj output,
+                            DeltaNet projections); 0 when no layer needs it */
+    int32_t max_lin_dv;  /* largest DeltaNet value head (per-thread kernel scratch) */
 } mdl_plan;
 
 /* API */
@@ -92,6 +99,10 @@ void mdl_plan_free(mdl_plan *p);
  * sequence keeps every block; tests compare against it). KILN_E_UNSUPPORTED
  * past KV_FMT_MAX_LAYERS layers or KV_MAX_GROUPS windows. */
 kiln_code mdl_kv_layout(const mdl_plan *p, int keep_all, kv_layout *out, kiln_err *err);
+/* f32 values of a DeltaNet layer's state per sequence: the conv's last K-1
+ * pre-conv rows [(K-1), C] then S [Hv, Dk, Dv] (C = 2 Hk Dk + Hv Dv); 0 for
+ * other kinds. */
+int64_t mdl_plan_state_floats(const mdl_layer_plan *l);
 /* 1 when layer L writes K/V of its own into the cache (an attention layer that
  * is its own kv_src). */
 static inline int mdl_plan_stores_kv(const mdl_plan *p, int32_t L)

@@ -188,6 +188,16 @@ int srv_route_stats(srv_server *s, json_t **body)
                           "cached", (int)gs->n_cached, "block_bytes", (json_int_t)gs->block_bytes));
         }
         if (groups) json_object_set_new(kvj, "groups", groups);
+        /* recurrent state (hybrid models, docs/hybrid.md): one block = one state */
+        if (st.kv.state.n_blocks > 0)
+            json_object_set_new(
+                kvj, "state",
+                json_pack("{s:i, s:i, s:i, s:i, s:I, s:I, s:i}", "blocks",
+                          (int)st.kv.state.n_blocks, "free", (int)st.kv.state.n_free, "active",
+                          (int)st.kv.state.n_active, "cached", (int)st.kv.state.n_cached,
+                          "block_bytes", (json_int_t)st.kv.state.block_bytes, "bytes",
+                          (json_int_t)(st.kv.state.block_bytes * (size_t)st.kv.state.n_blocks),
+                          "every", (int)st.kv_state_every));
     }
     srv_rstore_stats rs = srv_rstore_get_stats(s->rstore);
     if (j)

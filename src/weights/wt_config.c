@@ -53,6 +53,16 @@ static const arch_info arch_table[WT_ARCH_COUNT] = {
     [WT_ARCH_MISTRAL] = {"MistralForCausalLM", "mistral", 32768},
     [WT_ARCH_QWEN2] = {"Qwen2ForCausalLM", "qwen2", 32768},
     [WT_ARCH_QWEN3] = {"Qwen3ForCausalLM", "qwen3", 32768},
+    [WT_ARCH_QWEN3_5] = {"Qwen3_5ForConditionalGeneration", "qwen3_5", 262144},
+};
+
+/* Other names of a supported architecture (architectures[0] or model_type). */
+static const struct {
+    const char *name;
+    wt_arch arch;
+} arch_alias[] = {
+    {"Qwen3_5ForCausalLM", WT_ARCH_QWEN3_5},
+    {"qwen3_5_text", WT_ARCH_QWEN3_5},
 };
 
 /* Upper bounds for sizes read from JSON: generous for real models, small
@@ -61,11 +71,14 @@ static const struct {
     const char *key;
     int64_t max;
 } cfg_caps[] = {
-    {"hidden_size", 1 << 20},         {"intermediate_size", 1 << 22},
-    {"num_hidden_layers", 1 << 12},   {"num_attention_heads", 1 << 12},
-    {"num_key_value_heads", 1 << 12}, {"head_dim", 1 << 16},
-    {"vocab_size", 1 << 26},          {"max_position_embeddings", INT64_C(1) << 32},
-    {"max_window_layers", 1 << 12},   {"sliding_window", INT64_C(1) << 32},
+    {"hidden_size", 1 << 20},          {"intermediate_size", 1 << 22},
+    {"num_hidden_layers", 1 << 12},    {"num_attention_heads", 1 << 12},
+    {"num_key_value_heads", 1 << 12},  {"head_dim", 1 << 16},
+    {"vocab_size", 1 << 26},           {"max_position_embeddings", INT64_C(1) << 32},
+    {"max_window_layers", 1 << 12},    {"sliding_window", INT64_C(1) << 32},
+    {"linear_num_key_heads", 1 << 12}, {"linear_num_value_heads", 1 << 12},
+    {"linear_key_head_dim", 1 << 14},  {"linear_value_head_dim", 1 << 14},
+    {"linear_conv_kernel_dim", 64},    {"full_attention_interval", 1 << 12},
 };
 
 #define CFG_MAX_FILE ((size_t)64 * 1024 * 1024)
@@ -85,7 +98,8 @@ const char *wt_arch_name(wt_arch a)
 
 const char *wt_arch_supported_list(void)
 {
-    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+           "Qwen3_5ForConditionalGeneration (text), Qwen3_5ForCausalLM";
 }
 
 static void copy_str(char *dst, size_t cap, const char *s)
@@ -207,6 +221,13 @@ static kiln_code parse_arch(const cfg_src *s, wt_config *c, kiln_err *err)
             return KILN_OK;
         }
     }
+    for (size_t i = 0; i < sizeof arch_alias / sizeof *arch_alias; i++) {
+        if (strcmp(name ? name : (mt ? mt : ""), arch_alias[i].name) == 0) {
+            c->arch = arch_alias[i].arch;
+            copy_str(c->architecture, sizeof c->architecture, name ? name : arch_alias[i].name);
+            return KILN_OK;
+        }
+    }
     return kiln_fail(err, KILN_E_UNSUPPORTED,
                      "%s: architecture '%s' is not supported (supported: %s)", s->label,
                      name ? name : (mt ? mt : "(none given)"), wt_arch_supported_list());
@@ -270,7 +291,7 @@ static kiln_code parse_norm_and_flags(const cfg_src *s, wt_config *c, kiln_err *
         (r = get_bool(s, "mlp_bias", &c->mlp_bias, err)))
         return r;
     if (c->arch == WT_ARCH_QWEN2) c->attention_bias = true; /* q/k/v biases, hard-wired in HF */
-    if (c->arch == WT_ARCH_QWEN3) c->qk_norm = true;
+    if (c->arch == WT_ARCH_QWEN3 || c->arch == WT_ARCH_QWEN3_5) c->qk_norm = true;
     return KILN_OK;
 }
 
@@ -573,6 +594,84 @@ static kiln_code parse_quant(const cfg_src *s, wt_config *c, kiln_err *err)
     return parse_qoverrides(q, s->label, c, err);
 }
 
+/* -------------------------------------------------------- Qwen3.5 hybrid */
+
+/* Qwen3.5 (design/models/qwen3_5.md §2): the DeltaNet geometry, which layers
+ * are linear attention, the attention output gate, partial RoPE. layer_types,
+ * when given, must agree with full_attention_interval (default 4): mlx-lm
+ * uses only the interval, transformers only layer_types, so a config where
+ * they differ would run differently in each and is refused. */
+static kiln_code parse_qwen35(const cfg_src *s, wt_config *c, kiln_err *err)
+{
+    kiln_code r;
+    bool has;
+    c->lin_k_heads = 16, c->lin_v_heads = 32, c->lin_k_dim = 128, c->lin_v_dim = 128;
+    c->lin_conv = 4;
+    c->full_attn_interval = 4;
+    if ((r = get_int(s, "linear_num_key_heads", 1, &c->lin_k_heads, &has, err)) ||
+        (r = get_int(s, "linear_num_value_heads", 1, &c->lin_v_heads, &has, err)) ||
+        (r = get_int(s, "linear_key_head_dim", 1, &c->lin_k_dim, &has, err)) ||
+        (r = get_int(s, "linear_value_head_dim", 1, &c->lin_v_dim, &has, err)) ||
+        (r = get_int(s, "linear_conv_kernel_dim", 1, &c->lin_conv, &has, err)))
+        return r;
+    bool has_interval;
+    if ((r = get_int(s, "full_attention_interval", 1, &c->full_attn_interval, &has_interval, err)))
+        return r;
+    if (c->lin_v_heads % c->lin_k_heads != 0)
+        return kiln_fail(err, KILN_E_INVALID,
+                         "%s: linear_num_value_heads %" PRId64
+                         " is not a multiple of linear_num_key_heads %" PRId64,
+                         s->label, c->lin_v_heads, c->lin_k_heads);
+    c->attn_output_gate = true;
+    if ((r = get_bool(s, "attn_output_gate", &c->attn_output_gate, err))) return r;
+    /* tied when either level says so (the text_config may carry it alone) */
+    const json_t *t = s->text ? json_object_get(s->text, "tie_word_embeddings") : NULL;
+    if (json_is_true(t)) c->tie_word_embeddings = true;
+    c->has_vision = json_is_object(json_object_get(s->root, "vision_config"));
+    /* partial_rotary_factor: rope_parameters' first, else the top-level key */
+    const json_t *rp = get(s, "rope_parameters");
+    const json_t *prf = json_is_object(rp) ? json_object_get(rp, "partial_rotary_factor") : NULL;
+    if (prf && !json_is_null(prf)) {
+        if (!json_is_number(prf) || !(json_number_value(prf) > 0 && json_number_value(prf) <= 1))
+            return kiln_fail(err, KILN_E_INVALID,
+                             "%s: rope_parameters.partial_rotary_factor must be in (0, 1]",
+                             s->label);
+        c->rope.partial_rotary_factor = json_number_value(prf);
+    }
+    c->layer_linear = calloc((size_t)c->n_layers, 1);
+    if (!c->layer_linear) return kiln_fail(err, KILN_E_NOMEM, "%s: out of memory", s->label);
+    for (int64_t i = 0; i < c->n_layers; i++)
+        c->layer_linear[i] = (i + 1) % c->full_attn_interval != 0;
+    const json_t *lt = get(s, "layer_types");
+    if (!lt) return KILN_OK;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->n_layers)
+        return kiln_fail(err, KILN_E_INVALID,
+                         "%s: layer_types must be a list of %" PRId64 " layer types", s->label,
+                         c->n_layers);
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        const char *k = json_string_value(json_array_get(lt, (size_t)i));
+        int linear;
+        if (k && strcmp(k, "linear_attention") == 0)
+            linear = 1;
+        else if (k && strcmp(k, "full_attention") == 0)
+            linear = 0;
+        else
+            return kiln_fail(err, KILN_E_UNSUPPORTED,
+                             "%s: layer_types[%" PRId64 "] is '%s' (supported: linear_attention, "
+                             "full_attention)",
+                             s->label, i, k ? k : "?");
+        if (linear != c->layer_linear[i])
+            return kiln_fail(
+                err, KILN_E_INVALID,
+                "%s: layer_types[%" PRId64 "] is %s but full_attention_interval %" PRId64
+                "%s makes layer %" PRId64 " %s; transformers follows layer_types and mlx-lm the "
+                "interval, so this config is refused",
+                s->label, i, k, c->full_attn_interval, has_interval ? "" : " (the default)", i,
+                c->layer_linear[i] ? "linear_attention" : "full_attention");
+    }
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------ API */
 
 static kiln_code parse_all(const json_t *root, const json_t *gen, const char *label,
@@ -588,6 +687,7 @@ static kiln_code parse_all(const json_t *root, const json_t *gen, const char *la
         (r = parse_norm_and_flags(&s, c, err)) || (r = parse_window(&s, c, err)) ||
         (r = parse_rope(&s, c, err)))
         return r;
+    if (c->arch == WT_ARCH_QWEN3_5 && (r = parse_qwen35(&s, c, err))) return r;
     if (s.text && (r = parse_ids(s.text, label, c, err))) return r;
     if ((r = parse_ids(root, label, c, err))) return r;
     if (gen && (r = parse_gen(gen, gen_label, c, err))) return r;
@@ -661,6 +761,8 @@ kiln_code wt_config_load(const char *dir, wt_config *out, kiln_err *err)
 void wt_config_free(wt_config *cfg)
 {
     if (!cfg) return;
+    free(cfg->layer_linear);
+    cfg->layer_linear = NULL;
     for (int i = 0; i < cfg->n_qover; i++)
         free(cfg->qover[i].path);
     free(cfg->qover);

@@ -34,6 +34,8 @@ typedef enum {
     WT_ARCH_MISTRAL, /* MistralForCausalLM */
     WT_ARCH_QWEN2,   /* Qwen2ForCausalLM: q/k/v biases */
     WT_ARCH_QWEN3,   /* Qwen3ForCausalLM: per-head q_norm/k_norm */
+    WT_ARCH_QWEN3_5, /* Qwen3_5ForConditionalGeneration (text path) / Qwen3_5ForCausalLM:
+                        hybrid gated DeltaNet + gated attention (wt_config_qwen35) */
     WT_ARCH_COUNT
 } wt_arch;
 
@@ -98,6 +100,14 @@ typedef struct {
     int64_t gen_top_k;
     bool has_gen_temperature, has_gen_top_p, has_gen_top_k, has_gen_min_p,
         has_gen_repetition_penalty;
+    /* hybrid models (Qwen3.5, docs/hybrid.md): which layers are linear attention
+     * (gated DeltaNet) and their geometry; full-attention layers use the fields above */
+    int64_t full_attn_interval; /* layer i is full attention iff (i+1) % N == 0; 0 = not hybrid */
+    uint8_t *layer_linear;      /* OWNED [n_layers] or NULL: 1 = gated-DeltaNet layer */
+    int64_t lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim; /* Hk, Hv, Dk, Dv */
+    int64_t lin_conv;                                       /* causal conv kernel K */
+    bool attn_output_gate; /* q_proj emits [query, gate] per head */
+    bool has_vision;       /* a vision_config (the vision tower is not run) */
 } wt_config;
 
 /* API */

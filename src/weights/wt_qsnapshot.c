@@ -11,6 +11,8 @@
  *   2-D float "*.weight" with last dim % group_size == 0          -> quantized
  *       (every such tensor in Llama/Mistral/Qwen2/Qwen3 is a Linear or the
  *        embedding; norms are 1-D)
+ *   vision-tower tensors (model.visual.*; kiln runs the text path)  -> not quantized
+ *   *.A_log (Qwen3.5 DeltaNet decay; mlx-lm's cast_predicate)    -> kept as stored (F32)
  *   other float tensors                                          -> cast to the model dtype
  *   integer tensors                                              -> copied
  * Floats are first rounded to the model dtype (convert casts before it
@@ -59,9 +61,9 @@ typedef struct {
     int n, cap;
     /* cache: the module last quantized */
     const wt_tensor *cached;
-    uint32_t *qw;    /* OWNED */
-    void *qs, *qb;   /* OWNED */
-    uint64_t params; /* logical parameter count (index metadata) */
+    uint32_t *qw;           /* OWNED */
+    void *qs, *qb;          /* OWNED */
+    uint64_t params;        /* logical parameter count (index metadata) */
     const wt_quant_opts *o; /* BORROWED: the progress callback */
     uint64_t done, total;   /* output bytes written / to write (progress) */
 } qs_ctx;
@@ -204,7 +206,13 @@ static kiln_code plan_all(qs_ctx *q, const wt_set *ws, const wt_config *cfg, con
             return kiln_fail(err, KILN_E_UNSUPPORTED, "quantize: tensor name too long");
         q->params += (uint64_t)t->numel;
         kiln_code c;
-        if (is_float(t->dtype) && t->ndim == 2 && ends_with(t->name, ".weight") &&
+        bool vision = strncmp(t->name, "model.visual.", 13) == 0;
+        if (ends_with(t->name, ".A_log")) {
+            if ((c = add_item(q, QS_COPY, t, 0, t->name, t->dtype, t->ndim, t->shape, err)))
+                return c;
+            continue;
+        }
+        if (!vision && is_float(t->dtype) && t->ndim == 2 && ends_with(t->name, ".weight") &&
             t->shape[1] > 0 && t->shape[1] % q->gs == 0) {
             char mod[1024];
             snprintf(mod, sizeof mod, "%.*s", (int)(strlen(t->name) - 7), t->name);

@@ -41,5 +41,30 @@ PYEOF
 z=$("$KILN" fit --model "$T" --ctx 256 --batch 4 --bandwidth 10 --json)
 [ "$z" = "${a/$M/$T}" ] || [ "$(get "$z" total_bytes)" = "$(get "$a" total_bytes)" ] && ok headers_only || no headers_only "$z"
 "$KILN" fit --model "$T/nope" >/dev/null 2>&1 && no missing_model "exit 0" || ok missing_model
+# a hybrid (Qwen3.5-shaped: 6 gated DeltaNet + 2 attention layers): the state
+# per sequence is reported apart from the KV per token (fit and info), from the config alone:
+# per DeltaNet layer S [Hv 4, Dk 16, Dv 16] + conv (K-1 = 3) x C (2*2*16 + 4*16), f32
+H="$T/hybrid"
+if "${KILN_SOURCE_DIR:?}/tools/make-test-model" --arch qwen3_5 --dtype f32 --out "$H" >/dev/null 2>&1; then
+  h=$("$KILN" fit --model "$H" --ctx 256 --batch 4 --bandwidth 10 --json)
+  sb=$(( (4*16*16 + 3*(2*2*16 + 4*16)) * 4 * 6 ))
+  [ "$(get "$h" state_bytes)" = $sb ] && [ "$(get "$h" state_layers)" = 6 ] && ok hybrid_state_bytes || no hybrid_state_bytes "$h"
+  [ "$(get "$h" kv_bytes_per_token)" = $(( 2 * 2 * 2 * 32 * 4 )) ] && [ "$(get "$h" kv_layers)" = 2 ] \
+    && ok hybrid_kv_only_attention_layers || no hybrid_kv_only_attention_layers "$h"
+  [ "$(get "$h" state_bytes_per_seq)" = $((2 * sb)) ] && [ "$(get "$h" state_pool_bytes)" = $(( $(get "$h" state_blocks) * sb )) ] \
+    && [ "$(get "$h" state_blocks)" -ge 8 ] && ok hybrid_state_pool || no hybrid_state_pool "$h"
+  h8=$("$KILN" fit --model "$H" --ctx 256 --batch 4 --bandwidth 10 --kv-quant 8 --json)
+  [ "$(get "$h8" state_bytes)" = $sb ] && [ "$(get "$h8" kv_bytes_per_token)" -lt "$(get "$h" kv_bytes_per_token)" ] \
+    && ok hybrid_kv_quant_leaves_state_f32 || no hybrid_kv_quant_leaves_state_f32 "$h8"
+  hs=$("$KILN" fit --model "$H" --ctx 256 --batch 4 --bandwidth 10 --state-every 4 --state-blocks 40 --json)
+  [ "$(get "$hs" state_every)" = 4 ] && [ "$(get "$hs" state_blocks)" = 40 ] && ok hybrid_state_flags || no hybrid_state_flags "$hs"
+  "$KILN" fit --model "$H" --state-every 0 >/dev/null 2>&1 && no hybrid_bad_state_every "exit 0" || ok hybrid_bad_state_every
+  "$KILN" fit --model "$H" | grep -q "^state per seq:" && ok hybrid_text_report || no hybrid_text_report "no state line"
+  i=$("$KILN" info --model "$H")
+  grep -q "^hybrid: *6 gated DeltaNet + 2 gated attention layers (full attention every 4); RoPE on 8 of 32 dims" <<<"$i" &&
+    grep -q "^state per seq: *$sb bytes" <<<"$i" && grep -q "^layout: *HF" <<<"$i" && ok hybrid_info || no hybrid_info "$i"
+else
+  no hybrid_model "make-test-model failed"
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

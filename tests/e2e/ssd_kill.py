@@ -6,7 +6,12 @@ Prints {"chunks": n, "text": "text received before the kill"}.
 With KILN_KILL_SETTLE=K in the environment, after N chunks it first waits (at
 most 60 s, the generation going on) until /stats shows at least K checkpoints
 on disk and nothing pending in the SSD write queue: a loaded machine's writer
-may lag, and a checkpoint is durable only once written.
+may lag, and a checkpoint is durable only once written. KILN_KILL_SETTLE_CKPT=K
+waits only for K checkpoints on disk (write-behind items wait for an idle
+engine, so the queue never empties while a long generation runs); with
+KILN_KILL_SETTLE_DIR=DIR it counts the ck-*.kv files there (renamed into place
+once written and synced; /stats does not count a checkpoint whose newer
+version is queued although its older file is still on disk).
 """
 import json
 import os
@@ -21,14 +26,26 @@ from ssd_req import prompt_for  # noqa: E402
 
 def settle(url):
     want = int(os.environ.get("KILN_KILL_SETTLE", "0"))
+    ckpt_only = int(os.environ.get("KILN_KILL_SETTLE_CKPT", "0"))
+    if ckpt_only > 0:
+        want = ckpt_only
     if want <= 0:
         return
     deadline = time.time() + 60
+    d = os.environ.get("KILN_KILL_SETTLE_DIR")
     while time.time() < deadline:
+        if ckpt_only > 0 and d:
+            try:
+                if sum(1 for f in os.listdir(d) if f.startswith("ck-") and f.endswith(".kv")) >= want:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.02)
+            continue
         try:
             with urllib.request.urlopen(url + "/stats", timeout=10) as r:
                 ssd = json.load(r)["ssd_cache"]
-            if ssd["checkpoints"] >= want and ssd["pending"] == 0:
+            if ssd["checkpoints"] >= want and (ckpt_only > 0 or ssd["pending"] == 0):
                 return
         except Exception:
             pass

@@ -46,7 +46,7 @@ resume unseeded '{"temperature":0.9,"ignore_eos":true}' prefix
 # two batched rows, both killed, both resumed independently: B is long (3000
 # tokens) and running before A starts, so it is mid-generation when A's kill
 # comes, whatever the machine's speed; the kill waits until both rows'
-# checkpoints are written (KILN_KILL_SETTLE), since the writer may lag
+# checkpoints are on disk (KILN_KILL_SETTLE_CKPT: ck- files in DIR), since the writer may lag
 serve S || exit 1
 A='{"temperature":0.8,"seed":1,"ignore_eos":true}'
 B='{"temperature":0.8,"seed":2,"ignore_eos":true}'
@@ -56,7 +56,7 @@ for _ in $(seq 600); do
   [ "$(curl -s "$S_URL/stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['batch']['active'])")" = 1 ] && break
   sleep 0.05
 done
-KILN_KILL_SETTLE=2 $PY "$KILL" "$S_URL" "$S_PID" 150 5 300 "$A" >/dev/null
+KILN_KILL_SETTLE_CKPT=2 KILN_KILL_SETTLE_DIR="$DIR" $PY "$KILL" "$S_URL" "$S_PID" 150 5 300 "$A" >/dev/null
 wait "$S_PID" 2>/dev/null
 check "batched: two checkpoints on disk" [ "$(n_ckpt)" = 2 ]
 serve S || exit 1

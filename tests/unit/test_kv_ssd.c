@@ -442,6 +442,45 @@ static void test_checkpoints_replace_remove_and_expire(void)
     ASSERT_EQ_I64(count_files(dir), 2); /* lock + quarantine/ */
 }
 
+/* A newer checkpoint takes the queued version's place, not the tail: a fast
+ * decode that queues blocks between saves cannot starve it. The writer fails
+ * after three writes: blocks 1, 2 and the checkpoint, never block 3. */
+static void test_queued_checkpoint_is_replaced_in_place(void)
+{
+    const char *dir = fresh_dir("ckpt_place");
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = ID;
+    c.fail_after = 3;
+    kv_ssd *s = NULL;
+    kiln_err err;
+    ASSERT_OK(kv_ssd_open(&c, &s, &err));
+    kv_ssd_pause_writer(s, 1);
+    uint8_t b[BLK];
+    fill(b, 1);
+    const char *v1 = "checkpoint v1", *v2 = "checkpoint v2, longer";
+    kv_ssd_put(s, KV_SSD_BLOCK, 1, b, BLK);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_CKPT, 9, v1, strlen(v1)), 1);
+    kv_ssd_put(s, KV_SSD_BLOCK, 2, b, BLK);
+    kv_ssd_put(s, KV_SSD_BLOCK, 3, b, BLK);
+    ASSERT_EQ_I64(kv_ssd_put(s, KV_SSD_CKPT, 9, v2, strlen(v2)), 1);
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.pending, 4);
+    ASSERT_EQ_U64(st.pending_bytes, 3 * BLK + strlen(v2));
+    kv_ssd_pause_writer(s, 0);
+    kv_ssd_flush(s, 5000, NULL);
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_BLOCK, 1));
+    ASSERT_TRUE(kv_ssd_has(s, KV_SSD_BLOCK, 2));
+    ASSERT_TRUE(!kv_ssd_has(s, KV_SSD_BLOCK, 3)); /* the write after the checkpoint failed */
+    void *got = NULL;
+    size_t n = 0;
+    ASSERT_OK(kv_ssd_get_alloc(s, KV_SSD_CKPT, 9, &got, &n, &err));
+    ASSERT_EQ_I64(n, strlen(v2));
+    ASSERT_TRUE(memcmp(got, v2, n) == 0);
+    free(got);
+    kv_ssd_close(s, 1);
+}
+
 static void test_header_parser_rejects_garbage(void)
 {
     kiln_err err;
@@ -520,6 +559,7 @@ int main(void)
     RUN(test_checkpoint_reserve_keeps_blocks_to_half_the_queue);
     RUN(test_write_failure_degrades_without_crashing);
     RUN(test_checkpoints_replace_remove_and_expire);
+    RUN(test_queued_checkpoint_is_replaced_in_place);
     RUN(test_header_parser_rejects_garbage);
     RUN(test_ten_thousand_entries_index_quickly);
     char cmd[600];
