@@ -51,6 +51,8 @@ typedef struct {
     double ssd_cache_max;  /* GiB; 0 = no cap */
     int64_t gen_ckpt;      /* --generation-checkpoint N; 0 = off */
     int64_t grammar_ws;    /* --grammar-ws N */
+    const char *spec;      /* --spec off|ngram */
+    int64_t spec_max_draft, spec_ngram; /* --spec-max-draft N, --spec-ngram N */
     cli_kv_flags kv;
     cli_list lora;              /* --lora NAME=DIR (repeatable) */
     const char *lora_dir;       /* --lora-dir DIR: every adapter folder in it */
@@ -263,6 +265,13 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     if (f->max_stall_ms >= 0) eo.max_stall_s = f->max_stall_ms / 1000.0;
     eo.kv_budget_bytes = (uint64_t)(f->kv_budget * 1e9);
     eo.kv_bytes_per_token = plan.fit.kv_bytes_per_token;
+    if (f->spec && eng_spec_method_parse(f->spec, &eo.spec.method, &err) != KILN_OK) {
+        serve_close(&st);
+        return cli_fail("serve", &err);
+    }
+    eo.spec.max_draft = (int32_t)f->spec_max_draft;
+    eo.spec.ngram_max = (int32_t)f->spec_ngram;
+    if (eo.spec.ngram_min > eo.spec.ngram_max) eo.spec.ngram_min = eo.spec.ngram_max;
     if (f->ssd_cache) {
         if (cli_ssd_open(f->ssd_cache, f->ssd_cache_max, dir, st.rt, f->gen_ckpt > 0, &st.ssd, &err)) {
             serve_close(&st);
@@ -340,7 +349,7 @@ int cli_serve(int argc, char **argv)
     serve_flags f = {.host = "127.0.0.1", .port = 8080, .batch = 8, .max_queue = 64,
                      .temperature = 0.7, .top_p = 1.0, .max_body = 4 << 20,
                      .responses_ttl = 3600, .responses_store_mib = 64, .max_stall_ms = -1,
-                     .grammar_ws = 20};
+                     .grammar_ws = 20, .spec_max_draft = 4, .spec_ngram = 3};
     cli_flag flags[] = {
         {"model", CLI_STR, &f.model, "DIR|REPO",
          "model folder or Hugging Face repo id, downloaded when not cached (default: the built-in "
@@ -424,6 +433,14 @@ int cli_serve(int argc, char **argv)
         {"grammar-ws", CLI_INT, &f.grammar_ws, "N",
          "constrained JSON (response_format, tool calls): most whitespace bytes between two "
          "tokens (default 20; 0 = compact JSON)", 0},
+        {"spec", CLI_STR, &f.spec, "off|ngram",
+         "speculative decoding by default (per request: \"speculative\"); ngram drafts from the "
+         "prompt and output; never changes the output (default off)",
+         0},
+        {"spec-max-draft", CLI_INT, &f.spec_max_draft, "N",
+         "most draft tokens one sequence verifies per step (1..16, default 4)", 0},
+        {"spec-ngram", CLI_INT, &f.spec_ngram, "N",
+         "longest suffix the n-gram drafter matches, tried down to 1 (default 3)", 0},
         CLI_KV_FLAGS(f.kv),
         {0},
     };
@@ -453,6 +470,17 @@ int cli_serve(int argc, char **argv)
     }
     if (f.ssd_cache_max < 0 || (f.ssd_cache_max > 0 && !f.ssd_cache)) {
         fprintf(stderr, "kiln serve: --ssd-cache-max needs --ssd-cache and must be >= 0\n");
+        return 2;
+    }
+    if (f.spec_max_draft < 1 || f.spec_max_draft > ENG_SPEC_MAX_DRAFT || f.spec_ngram < 1 ||
+        f.spec_ngram > 64) {
+        fprintf(stderr, "kiln serve: --spec-max-draft must be in 1..%d and --spec-ngram in 1..64\n",
+                ENG_SPEC_MAX_DRAFT);
+        return 2;
+    }
+    eng_spec_method spec_m;
+    if (f.spec && eng_spec_method_parse(f.spec, &spec_m, &lerr)) {
+        fprintf(stderr, "kiln serve: --spec: %s\n", lerr.msg);
         return 2;
     }
     if (f.responses_ttl <= 0 || f.responses_store_mib <= 0) {

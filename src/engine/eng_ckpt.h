@@ -37,7 +37,7 @@
 #include "engine/eng_seq.h"
 #include "kv/kv_ssd.h"
 
-#define ENG_CKPT_ABI 1u /* bump when the engine's resumable state changes meaning */
+#define ENG_CKPT_ABI 2u /* bump when the engine's resumable state changes meaning (2: counter-based RNG) */
 
 typedef struct {
     uint64_t id;

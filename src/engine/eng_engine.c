@@ -75,6 +75,11 @@ struct eng_handle {
     int32_t resumed;       /* tokens replayed from a checkpoint */
     eng_handle *next;      /* wait queue link, under e->mu */
     double t_submit;
+    /* speculative decoding (engine thread): this request's draft cap (0 = not
+     * drafting), its adaptive state, what it drafted */
+    int32_t spec_max;
+    eng_spec_row spec;
+    int32_t spec_accepted, spec_rejected;
     double *pool;          /* OWNED [hidden]: embedding accumulator (p.pooling), engine thread */
 };
 
@@ -108,6 +113,8 @@ struct eng_engine {
     float *hidden;             /* OWNED [hidden_rows, hidden]: the hidden-state tap for steps with
                                   embedding requests; made at the first one, kept after */
     int32_t hidden_rows;
+    eng_spec_cost spec_cost;   /* engine thread: measured step seconds by token count */
+    eng_spec_stats spec_acc;   /* engine thread: counters of the step in progress */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -130,7 +137,8 @@ eng_engine_opts eng_engine_opts_default(void)
                          .max_stall_s = 1.0,
                          .prefix_cache = true,
                          .ssd_writebehind = true,
-                         .ckpt_max_age_s = 86400};
+                         .ckpt_max_age_s = 86400,
+                         .spec = eng_spec_opts_default()};
     return o;
 }
 
@@ -334,6 +342,11 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0])
             return kiln_fail(err, KILN_E_INVALID, "stop strings must not be empty");
+    if (p->spec < ENG_SPEC_DEFAULT || p->spec > ENG_SPEC_NGRAM)
+        return kiln_fail(err, KILN_E_INVALID, "unknown speculative method %d", (int)p->spec);
+    if (p->spec_max_draft < 0 || p->spec_max_draft > ENG_SPEC_MAX_DRAFT)
+        return kiln_fail(err, KILN_E_INVALID, "speculative max_draft must be in 0..%d, got %d",
+                         ENG_SPEC_MAX_DRAFT, (int)p->spec_max_draft);
     if (p->n_grammar_triggers < 0 || p->n_grammar_triggers > 64 || (p->n_grammar_triggers && !p->grammar))
         return kiln_fail(err, KILN_E_INVALID, "grammar triggers need a grammar (at most 64)");
     for (int32_t i = 0; i < p->n_grammar_triggers; i++)
@@ -494,6 +507,8 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     ev.cached_tokens = h->cached_tokens;
     ev.steps = h->n_steps;
     ev.resumed_tokens = h->resumed;
+    ev.spec_accepted = h->spec_accepted;
+    ev.spec_rejected = h->spec_rejected;
     if (h->ckpt_id && (why == ENG_FINISH_STOP || why == ENG_FINISH_LENGTH))
         kv_ssd_remove(e->o.ssd, KV_SSD_CKPT, h->ckpt_id); /* done: a retry starts afresh */
     if (h->seq) {
@@ -652,6 +667,19 @@ static int32_t blocks_for(const eng_engine *e, int32_t tokens)
 
 static int ckpt_resume(eng_engine *e, eng_handle *h);
 
+/* At first admission: whether and how far this request drafts (embeddings
+ * never sample). Constrained rows draft what their grammar allows. Models
+ * with recurrent state do not draft yet: a rejected draft would roll the
+ * state back to a snapshot and replay (docs/hybrid.md), a seam left open. */
+static void spec_setup(eng_engine *e, eng_handle *h)
+{
+    eng_spec_method m = h->p.spec == ENG_SPEC_DEFAULT ? e->o.spec.method : h->p.spec;
+    h->spec_max = 0;
+    if (m != ENG_SPEC_NGRAM || h->p.pooling || kv_pool_has_state(e->rt->kv)) return;
+    h->spec_max = h->p.spec_max_draft > 0 ? h->p.spec_max_draft : e->o.spec.max_draft;
+    eng_spec_row_init(&h->spec, &e->o.spec, h->spec_max);
+}
+
 /* First admission of an embedding request: its sequence, its pool, and the
  * engine's hidden-state tap (made once, the first time one is needed). */
 static kiln_code embed_admit(eng_engine *e, eng_handle *h, kiln_err *err)
@@ -719,6 +747,7 @@ static void engine_admit(eng_engine *e)
                 continue;
             }
             eng_rng_seed(&h->rng, h->p.sp.seed);
+            spec_setup(e, h);
             if (h->p.grammar && (grammar_setup(e, h, &err) != KILN_OK)) {
                 req_finish(e, h, ENG_FINISH_ERROR, NULL, &err);
                 continue;
@@ -808,6 +837,132 @@ static void drop_cancelled(eng_engine *e)
     }
 }
 
+/* Drafts for the decoding rows, from what the planned step leaves: its token
+ * budget, logit rows and free KV blocks (drafting never preempts anyone), and
+ * only while the cost rule says the step's useful tokens per second go up
+ * (eng_spec_pays: measured step times; a step already compute-bound by many
+ * rows or prefill does not pay for drafts). A row's drafts are appended to its
+ * sequence (n_draft) and run with logits at every position. */
+static void spec_plan(eng_engine *e, int32_t n)
+{
+    int32_t T = 0, rows = 0;
+    for (int32_t k = 0; k < n; k++) {
+        T += e->items[k].max_tokens;
+        rows += e->items[k].max_tokens == eng_seq_pending(e->items[k].seq);
+        e->owners[k]->spec.pending = 0;
+    }
+    double work = (double)T, t0 = 0;
+    const wt_config *c = mdl_config(e->rt->model);
+    int32_t bt = e->rt->o.block_tokens, buf[ENG_SPEC_MAX_DRAFT];
+    for (int32_t k = 0; k < n; k++) {
+        eng_handle *h = e->owners[k];
+        eng_seq *s = h->seq;
+        if (!h->spec_max || e->items[k].max_tokens != 1 || eng_seq_pending(s) != 1) continue;
+        int32_t n0 = s->n_tokens;
+        int32_t kmax = e->o.spec.adaptive ? h->spec.k : h->spec_max;
+        int32_t lim[] = {h->p.max_tokens - h->n_generated - 1, e->rt->o.ctx - n0 - 1,
+                         e->o.max_step_tokens - T, e->rt->logit_rows - rows};
+        for (size_t i = 0; i < sizeof lim / sizeof *lim; i++)
+            if (lim[i] < kmax) kmax = lim[i];
+        /* dynamic NTK scales RoPE by the known length: past the original
+         * context a draft's position would not rotate as plain decoding does */
+        if (c->rope.type == WT_ROPE_DYNAMIC && n0 + kmax > c->rope.original_max_pos) kmax = 0;
+        if (kmax < 1) continue;
+        if (!t0) t0 = plat_now();
+        int32_t d = eng_spec_ngram_draft(s->tokens, n0, e->o.spec.ngram_min, e->o.spec.ngram_max,
+                                         kmax, buf);
+        /* draft tokens checked against the grammar: only what it allows is verified */
+        if (d > 0 && h->gs) d = eng_gstate_draft_prefix(h->gs, buf, d, h->ends, h->n_ends);
+        if (d < 1) continue;
+        if (e->o.spec.adaptive &&
+            !eng_spec_pays(&e->spec_cost, e->s_per_token, T, work, d, h->spec.rate * d)) {
+            eng_spec_row_skipped(&h->spec);
+            e->spec_acc.skipped_cost++;
+            continue;
+        }
+        int32_t j = 0;
+        while (j < d && eng_seq_append(s, buf[j], NULL) == KILN_OK) j++;
+        d = j;
+        kiln_err err;
+        if (d && eng_seq_reserve(s, e->rt->kv, s->n_cached + 1 + d, &err) != KILN_OK) {
+            int32_t fit = s->n_blocks * bt - (s->n_cached + 1); /* the pool is dry: what fits */
+            if (fit < d) d = fit > 0 ? fit : 0;
+        }
+        s->n_tokens = n0 + d;
+        if (d < 1) continue;
+        s->n_draft = d;
+        h->spec.pending = d;
+        e->items[k].max_tokens = 1 + d;
+        e->items[k].all_logits = 1;
+        T += d;
+        rows += d;
+        work += h->spec.rate * d;
+    }
+    if (t0) e->spec_acc.draft_s += plat_now() - t0;
+}
+
+/* A row that ran its last token and d drafts: each position is sampled as
+ * plain decoding samples it (same logits, same history, the draw keyed by the
+ * position); drafts are accepted while each equals that sample, and the
+ * samples up to the first mismatch are emitted. KV past the accepted drafts is
+ * given back. Returns 1 when the request ended (h may be gone). */
+static int spec_verify(eng_engine *e, eng_handle *h, float *lg)
+{
+    double t0 = plat_now();
+    eng_seq *s = h->seq;
+    int64_t vocab = mdl_vocab(e->rt->model);
+    int32_t d = h->spec.pending, n0 = s->n_tokens - d, m = 0, gend = 0;
+    int32_t out[ENG_SPEC_MAX_DRAFT + 1];
+    eng_sample_out so[ENG_SPEC_MAX_DRAFT + 1];
+    kiln_err gerr;
+    for (int32_t j = 0; j <= d; j++) {
+        float *row = lg + (size_t)j * (size_t)vocab;
+        eng_rng_at(&h->rng, n0 + j);
+        if (!h->gs) {
+            out[j] = eng_sample_row(&h->p.sp, row, vocab, s->tokens, n0 + j, &h->rng,
+                                    e->rt->sample_scratch, &so[j]);
+        } else { /* under the mask of the state after the accepted drafts (pushed) */
+            int32_t left = h->p.max_tokens - (h->n_generated + j), room = e->rt->o.ctx - (n0 + j);
+            out[j] = eng_gstate_sample(h->gs, &h->p.sp, row, vocab, s->tokens, n0 + j, h->ends,
+                                       h->n_ends, left < room ? left : room, &h->rng,
+                                       e->rt->sample_scratch, &so[j], &gerr);
+            if (out[j] < 0) { /* plain decoding ends here too, after the accepted drafts */
+                gend = out[j];
+                break;
+            }
+        }
+        if (j == d || out[j] != s->tokens[n0 + j]) break;
+        if (h->gs && eng_gstate_push(h->gs, out[j], &gerr) != KILN_OK) break;
+        m++;
+    }
+    eng_gstate_unwind(h->gs);
+    h->spec.pending = 0;
+    s->n_draft = 0;
+    eng_seq_truncate(s, e->rt->kv, n0 + m); /* the rejected drafts' K/V and blocks go */
+    s->n_tokens = n0; /* the accepted drafts come back as they are emitted (same ids) */
+    eng_spec_row_update(&h->spec, h->spec_max, d, m);
+    h->spec_rejected += d - m;
+    eng_spec_stats *st = &e->spec_acc;
+    st->rows++;
+    st->drafted += (uint64_t)d;
+    st->accepted += (uint64_t)m;
+    st->emitted += (uint64_t)m + (gend ? 0 : 1);
+    st->verify_s += plat_now() - t0;
+    for (int32_t j = 0; j < m + (gend ? 0 : 1); j++) {
+        if (j < m) h->spec_accepted++;
+        /* what plain decoding has published when it samples out[j]: so a stop
+         * inside the accepted run leaves the cache as plain decoding does */
+        eng_seq_publish(s, e->rt->kv, e->ns, n0 + j);
+        if (req_token(e, h, out[j], &so[j])) return 1;
+    }
+    if (gend) { /* -2: a sentence nothing may end (ignore_eos): complete; -1: an error */
+        eng_seq_publish(s, e->rt->kv, e->ns, n0 + m);
+        req_finish(e, h, gend == -2 ? ENG_FINISH_STOP : ENG_FINISH_ERROR, NULL, &gerr);
+        return 1;
+    }
+    return 0;
+}
+
 /* Picks this step's work: decodes first, then prefill chunks under the budget;
  * reserves KV blocks (preempting when the pool is dry). Returns the item count. */
 static int32_t engine_plan(eng_engine *e)
@@ -846,6 +1001,7 @@ static int32_t engine_plan(eng_engine *e)
             budget -= take;
         }
     }
+    spec_plan(e, n);
     return n;
 }
 
@@ -888,7 +1044,7 @@ static void engine_step(eng_engine *e)
     if (pooled) mdl_ctx_set_hidden_out(e->rt->cx, NULL, 0);
     if (ng) eng_gmask_end(e->gm);
     int64_t vocab = mdl_vocab(e->rt->model);
-    int32_t row = 0, toks = 0;
+    int32_t row = 0, toks = 0, spec_rows = 0;
     for (int32_t k = 0; k < n; k++) {
         eng_handle *h = e->owners[k];
         int32_t hrow = toks; /* this item's first row in the tap */
@@ -907,13 +1063,19 @@ static void engine_step(eng_engine *e)
         }
         if (e->items[k].n_logits == 0) continue;
         float *lg = e->rt->logits + (size_t)row * (size_t)vocab;
-        row++;
+        row += e->items[k].n_logits;
         eng_sample_out so;
         int32_t at = -1;
         for (int32_t i = 0; i < e->n_running && at < 0; i++)
             if (e->running[i] == h) at = i;
         uint64_t proj = h->kv_proj;
+        if (h->spec.pending) {
+            spec_rows++;
+            if (spec_verify(e, h, lg) && at >= 0) running_drop(e, at, proj); /* h may be gone */
+            continue;
+        }
         int32_t tok;
+        eng_rng_at(&h->rng, h->seq->n_tokens); /* the draw is keyed by the position */
         if (!h->gs) {
             tok = eng_sample_row(&h->p.sp, lg, vocab, h->seq->tokens, h->seq->n_tokens, &h->rng,
                                  e->rt->sample_scratch, &so);
@@ -937,7 +1099,19 @@ static void engine_step(eng_engine *e)
         double r = dt / (double)toks;
         e->s_per_token = e->s_per_token > 0 ? 0.7 * e->s_per_token + 0.3 * r : r;
     }
+    if (!rc) eng_spec_cost_add(&e->spec_cost, toks, dt);
+    if (spec_rows) e->spec_acc.steps++;
     pthread_mutex_lock(&e->mu);
+    eng_spec_stats *sa = &e->spec_acc, *st = &e->stats.spec;
+    st->steps += sa->steps;
+    st->rows += sa->rows;
+    st->drafted += sa->drafted;
+    st->accepted += sa->accepted;
+    st->emitted += sa->emitted;
+    st->skipped_cost += sa->skipped_cost;
+    st->draft_s += sa->draft_s;
+    st->verify_s += sa->verify_s;
+    memset(sa, 0, sizeof *sa);
     e->stats.steps++;
     e->stats.step_tokens += (uint64_t)toks;
     e->stats.busy_s += dt;
@@ -1144,6 +1318,13 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
         return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
     }
     e->stats.kv_block_tokens = rt->o.block_tokens;
+    kiln_err serr;
+    if (eng_spec_opts_validate(&e->o.spec, &serr) != KILN_OK) {
+        eng_engine_stop(e);
+        return kiln_fail(err, KILN_E_INVALID, "%s", serr.msg);
+    }
+    e->stats.spec_method = e->o.spec.method;
+    e->stats.spec_max_draft = e->o.spec.max_draft;
     snprintf(e->stats.kv_format, sizeof e->stats.kv_format, "%s", rt->kv_desc);
     e->stats.isa = kn_isa_name();
     e->stats.matmul = kn_matmul_mode();

@@ -33,6 +33,7 @@
 #include "engine/eng_pool.h"
 #include "engine/eng_runtime.h"
 #include "engine/eng_sample.h"
+#include "engine/eng_spec.h"
 #include "engine/eng_ssd.h"
 #include "tokenizer/tok.h"
 
@@ -77,6 +78,11 @@ typedef struct {
      * adapters are BORROWED until the request's DONE/ERROR event; prefix-cache
      * blocks and generation checkpoints are keyed by the set and its scales. */
     mdl_lora_set lora;
+    /* speculative decoding (eng_spec.h, docs/speculative.md): DEFAULT = the
+     * engine's opts.spec; OFF or NGRAM for this request. max_draft 0 = the
+     * engine's (capped at ENG_SPEC_MAX_DRAFT). Never changes the tokens. */
+    eng_spec_method spec;
+    int32_t spec_max_draft;
 } eng_params;
 
 typedef enum { ENG_EV_TOKEN, ENG_EV_DONE, ENG_EV_ERROR } eng_event_kind;
@@ -95,6 +101,8 @@ typedef struct {
     int32_t steps;            /* engine steps this request took part in (prefill chunks + decodes) */
     int32_t resumed_tokens;   /* tokens taken from a generation checkpoint (included in completion) */
     const char *stop_matched; /* BORROWED from the handle: the stop string that ended it, or NULL */
+    int32_t spec_accepted;    /* draft tokens accepted (OpenAI accepted_prediction_tokens) */
+    int32_t spec_rejected;    /* draft tokens verified and rejected (rejected_prediction_tokens) */
     float *embedding;         /* OWNED [n_embedding] (eng_event_clear): the pooled hidden state of
                                  an embedding request (finish STOP); NULL otherwise */
     int32_t n_embedding;
@@ -129,6 +137,7 @@ typedef struct {
     bool ssd_writebehind;     /* queue published blocks while idle (default true) */
     int32_t ckpt_every;       /* generation checkpoint every N tokens (needs ssd); 0 = off */
     double ckpt_max_age_s;    /* checkpoints older than this are removed at start (default 1 day) */
+    eng_spec_opts spec;       /* speculative decoding defaults (eng_spec_opts_default: off) */
 } eng_engine_opts;
 
 typedef struct {
@@ -163,6 +172,10 @@ typedef struct {
     /* constrained decoding */
     uint64_t grammar_requests;   /* requests with a grammar */
     eng_gmask_stats grammar;     /* masks computed, time, waits, budget redraws */
+    /* speculative decoding: the server default and its counters */
+    eng_spec_method spec_method;
+    int32_t spec_max_draft;
+    eng_spec_stats spec;
 } eng_stats;
 
 /* API */

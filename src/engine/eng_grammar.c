@@ -13,6 +13,7 @@
  * Threads: the engine thread, and the worker under (1).
  */
 #include "engine/eng_grammar.h"
+#include "util/kiln_assert.h"
 #include "util/kiln_log.h"
 #include "util/plat.h"
 
@@ -33,6 +34,9 @@ struct eng_gstate {
     int state;
     int32_t *triggers; /* OWNED */
     int32_t n_triggers;
+    int32_t pushed;    /* speculative accepts to roll back (eng_gstate_push) */
+    int saved_state;   /* state before the first push */
+    bool in_push;
 };
 
 struct eng_gmask {
@@ -322,4 +326,58 @@ kiln_code eng_gstate_accept(eng_gstate *gs, int32_t tok, bool is_stop, kiln_err 
     if (rc) return rc;
     if (gr_matcher_done(gs->m)) gs->state = GS_DONE;
     return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- speculative decoding */
+
+static bool in_list(const int32_t *ids, int32_t n, int32_t tok)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] == tok) return true;
+    return false;
+}
+
+int32_t eng_gstate_draft_prefix(eng_gstate *gs, const int32_t *toks, int32_t n,
+                                const int32_t *ends, int32_t n_ends)
+{
+    if (!gs) return n;
+    if (gs->state == GS_DONE) return 0;
+    int32_t k = 0;
+    while (k < n && !in_list(ends, n_ends, toks[k]) &&
+           !(gs->state == GS_WAITING && in_list(gs->triggers, gs->n_triggers, toks[k])))
+        k++;
+    if (gs->state == GS_WAITING || k == 0) return k;
+    int32_t ok = gr_matcher_try_tokens(gs->m, toks, k);
+    if (ok > 0 && gr_matcher_rollback(gs->m, ok, NULL) != KILN_OK) return 0;
+    return ok;
+}
+
+kiln_code eng_gstate_push(eng_gstate *gs, int32_t tok, kiln_err *err)
+{
+    if (!gs) return KILN_OK;
+    if (!gs->in_push) {
+        gs->in_push = true;
+        gs->saved_state = gs->state;
+        gs->pushed = 0;
+    }
+    if (gs->state != GS_ACTIVE) return KILN_OK; /* WAITING: drafts hold no trigger */
+    kiln_code rc = gr_matcher_accept_token(gs->m, tok, err);
+    if (rc) return rc;
+    gs->pushed++;
+    gs->mask_ok = false;
+    if (gr_matcher_done(gs->m)) gs->state = GS_DONE;
+    return KILN_OK;
+}
+
+void eng_gstate_unwind(eng_gstate *gs)
+{
+    if (!gs || !gs->in_push) return;
+    if (gs->pushed > 0) {
+        kiln_code rc = gr_matcher_rollback(gs->m, gs->pushed, NULL);
+        KILN_ASSERT(rc == KILN_OK); /* the pushes are on the matcher's history */
+        gs->mask_ok = false;
+    }
+    gs->state = gs->saved_state;
+    gs->pushed = 0;
+    gs->in_push = false;
 }

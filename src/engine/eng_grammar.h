@@ -69,4 +69,16 @@ int32_t eng_gstate_sample(eng_gstate *gs, const eng_sampling *sp, float *logits,
 /* Advances over a sampled (or replayed) token. */
 kiln_code eng_gstate_accept(eng_gstate *gs, int32_t tok, bool is_stop, kiln_err *err);
 
+/* Speculative decoding (docs/speculative.md). The longest prefix of the draft
+ * toks[0..n) the state can verify: tokens the grammar allows (checked by
+ * advancing and rolling back), cut before an end id, and while WAITING before
+ * a trigger (the parse state stays the same through it). */
+int32_t eng_gstate_draft_prefix(eng_gstate *gs, const int32_t *toks, int32_t n,
+                                const int32_t *ends, int32_t n_ends);
+/* During verification: advances over an accepted draft token so the next
+ * position is sampled under its own mask; eng_gstate_unwind undoes every push
+ * (the emitted tokens are then accepted as usual). */
+kiln_code eng_gstate_push(eng_gstate *gs, int32_t tok, kiln_err *err);
+void eng_gstate_unwind(eng_gstate *gs);
+
 #endif

@@ -166,6 +166,7 @@ kiln_code eng_generate(eng_runtime *rt, const int32_t *prompt, int32_t n_prompt,
     t0 = plat_now();
     while (!rc && res->n_generated < max_tokens) {
         eng_sample_out so;
+        eng_rng_at(&rng, s->n_tokens);
         int32_t tok = eng_sample_row(sp, rt->logits, vocab, s->tokens, s->n_tokens, &rng,
                                      rt->sample_scratch, &so);
         res->n_generated++;

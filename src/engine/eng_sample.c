@@ -63,11 +63,12 @@ kiln_code eng_sampling_validate(const eng_sampling *sp, int64_t vocab, kiln_err 
     return KILN_OK;
 }
 
-/* ---------------------------------------------------------------- rng: xoshiro256** */
+/* ---------------------------------------------------------------- rng: counter-based */
 
-static uint64_t splitmix64(uint64_t *x)
+/* SplitMix64's finalizer (Stafford's Mix13 variant): a bijection on 64 bits
+ * whose output bits each depend on every input bit. */
+static uint64_t mix64(uint64_t z)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
@@ -75,25 +76,24 @@ static uint64_t splitmix64(uint64_t *x)
 
 void eng_rng_seed(eng_rng *r, uint64_t seed)
 {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+    r->s[0] = mix64(seed + 0x9e3779b97f4a7c15ull);
+    r->s[1] = r->s[2] = r->s[3] = 0;
 }
 
-static uint64_t rotl(uint64_t x, int k)
+void eng_rng_at(eng_rng *r, int64_t pos)
 {
-    return (x << k) | (x >> (64 - k));
+    r->s[1] = (uint64_t)pos;
+    r->s[2] = 0;
 }
 
+/* A counter-based generator (in the spirit of Philox/Threefry, with a cheaper
+ * mixer): the word for (key, pos, draw) is mix64 chained over the three, so
+ * neighbouring positions and draws give unrelated words. */
 double eng_rng_uniform(eng_rng *r)
 {
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return (double)(result >> 11) * 0x1.0p-53;
+    uint64_t x = mix64(r->s[0] ^ mix64(r->s[1] + 0x9e3779b97f4a7c15ull));
+    x = mix64(x + 0xd1b54a32d192ed03ull * (r->s[2]++ + 1));
+    return (double)(x >> 11) * 0x1.0p-53;
 }
 
 /* ---------------------------------------------------------------- processors */

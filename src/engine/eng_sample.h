@@ -4,6 +4,7 @@
  *   eng_sampling sp = eng_sampling_default();  sp.temperature = 0.7f; sp.seed = 42;
  *   eng_sampling_validate(&sp, vocab, &err);
  *   eng_rng rng; eng_rng_seed(&rng, sp.seed);
+ *   eng_rng_at(&rng, n_hist);                       // the position being drawn
  *   int32_t tok = eng_sample_row(&sp, logits, vocab, hist, n_hist, &rng, scratch, &out);
  *
  * Order (mlx-lm's): processors on the logits (logit_bias, repetition penalty,
@@ -12,8 +13,13 @@
  * top_k (each masks on the same log-probabilities) → temperature → sample. temperature 0 is greedy (argmax,
  * lowest id on ties). Log-probabilities reported are the log-softmax after the
  * processors and before filters and temperature.
- * The RNG lives in the sequence: the same seed and request give the same tokens
- * whatever else runs.
+ * The RNG is counter-based: a draw is a hash of (key from the seed, absolute
+ * position of the token drawn, draw index at that position), so the token at a
+ * position is a pure function of (logits, seed, position), independent of how
+ * many draws happened before or in what order rows are verified. That makes
+ * speculative decoding exact (docs/speculative.md): a verified position draws
+ * what plain decoding would have drawn there. The same seed and request give
+ * the same tokens whatever else runs.
  */
 #ifndef KILN_ENG_SAMPLE_H
 #define KILN_ENG_SAMPLE_H
@@ -46,6 +52,8 @@ typedef struct {
     int32_t top_logprobs;     /* 0..ENG_MAX_TOP_LOGPROBS alternatives to report */
 } eng_sampling;
 
+/* s[0]: key (splitmix64 of the seed); s[1]: the position being drawn;
+ * s[2]: draws made at that position; s[3]: 0. Four words, as checkpoints store it. */
 typedef struct {
     uint64_t s[4];
 } eng_rng;
@@ -62,8 +70,11 @@ typedef struct {
 eng_sampling eng_sampling_default(void); /* greedy, no penalties, window 64 */
 /* Range checks with a message naming the field (KILN_E_INVALID). */
 kiln_code eng_sampling_validate(const eng_sampling *sp, int64_t vocab, kiln_err *err);
-void eng_rng_seed(eng_rng *r, uint64_t seed);
-double eng_rng_uniform(eng_rng *r); /* [0, 1) */
+void eng_rng_seed(eng_rng *r, uint64_t seed); /* position 0 */
+/* Moves to absolute position pos (index of the token about to be drawn in its
+ * sequence); the draw counter restarts, so draws at pos never depend on the past. */
+void eng_rng_at(eng_rng *r, int64_t pos);
+double eng_rng_uniform(eng_rng *r); /* [0, 1): hash(key, pos, draw++) */
 size_t eng_sample_scratch_bytes(int64_t vocab);
 /* Samples one token. `logits` [vocab] is modified in place (processors applied).
  * history: the sequence's tokens so far (prompt + generated). scratch: at least

@@ -372,12 +372,12 @@ static kiln_code step_items(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int3
                             uint64_t ns, float *logits, int32_t logit_rows, mdl_seq *seqs,
                             int32_t *snap_pos, kv_block_id *snap_b, int32_t *snap_n, kiln_err *err);
 
-/* Publishes the sequence's newly full blocks under its hash chain, in every group. */
-static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
+void eng_seq_publish(eng_seq *s, kv_pool *kv, uint64_t ns, int32_t upto)
 {
     if (ns == 0) return; /* prefix cache off */
     int32_t bt = kv_pool_cfg(kv)->block_tokens;
-    while (s->n_published < s->n_cached / bt) {
+    if (upto > s->n_cached) upto = s->n_cached;
+    while (s->n_published < upto / bt) {
         int32_t i = s->n_published;
         uint64_t parent = i ? s->hashes[i - 1] : 0;
         uint64_t h = kv_hash_block(parent, ns, s->tokens + (size_t)i * bt, bt);
@@ -388,13 +388,21 @@ static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
     }
 }
 
+/* Publishes the sequence's newly full blocks; drafts may be rolled back: never published. */
+static void publish_full(eng_seq *s, kv_pool *kv, uint64_t ns)
+{
+    eng_seq_publish(s, kv, ns, s->n_tokens - s->n_draft);
+}
+
 /* Sliding groups: gives back the blocks the next query (at n_cached) cannot
  * read. They are full and already published (publish_full ran), so they stay
  * CACHED for prefix hits and the SSD tier; with the cache off they go FREE. */
 static void drop_old(eng_seq *s, kv_pool *kv)
 {
+    int32_t next = s->n_tokens - s->n_draft; /* the first draft may be rejected: the next */
+    if (next > s->n_cached) next = s->n_cached; /* query may sit there */
     for (int g = 0; g < s->n_groups; g++) {
-        int32_t first = first_needed(kv, g, s->n_cached);
+        int32_t first = first_needed(kv, g, next);
         if (first > s->n_blocks) first = s->n_blocks;
         while (s->n_dropped[g] < first) {
             kv_pool_release(kv, s->blocks[g][s->n_dropped[g]]);
@@ -505,7 +513,9 @@ static kiln_code step_items(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int3
             .n_tokens = n,
             .pos0 = s->n_cached,
             .n_logits = it->n_logits,
-            .rope_len = s->n_tokens, /* every known token: chunking never changes RoPE */
+            /* every known token: chunking never changes RoPE; drafts are not known
+             * tokens (plain decoding would not have them yet) */
+            .rope_len = s->n_tokens - s->n_draft,
             .lora = it->lora,
         };
         for (int g = 0; g < s->n_groups; g++)

@@ -69,6 +69,9 @@ typedef struct {
     int32_t snap_block;
     uint64_t snap_hash;   /* chain hash of boundary snap_block; 0 = unknown */
     int32_t branch_block; /* a boundary whose KV others share (attach): snapshot it */
+    int32_t n_draft; /* the last n_draft tokens are speculative drafts being verified
+                        (eng_spec.h): blocks holding them are not published, a window
+                        keeps what the first of them reads, RoPE scales for the rest */
 } eng_seq;
 
 typedef struct {
@@ -115,6 +118,11 @@ void eng_seq_drop_kv(eng_seq *s, kv_pool *kv);
  * there to n become pending again: the next steps replay them, giving the
  * same bits as the first time. */
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n);
+
+/* Publishes the full blocks within positions [0, min(upto, n_cached)) not yet
+ * published (eng_step_run does it up to the first draft; a verified draft's
+ * block is published as the token is emitted). ns 0: nothing. */
+void eng_seq_publish(eng_seq *s, kv_pool *kv, uint64_t ns, int32_t upto);
 
 /* Blocks the sequence holds now in every group (not counting dropped entries). */
 static inline int32_t eng_seq_blocks_held(const eng_seq *s)

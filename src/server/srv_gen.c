@@ -48,6 +48,7 @@ typedef struct {
     eng_finish finish;
     int32_t prompt_tokens, completion_tokens, cached_tokens;
     int32_t resumed_tokens; /* from a generation checkpoint (--generation-checkpoint) */
+    int32_t spec_accepted, spec_rejected; /* speculative decoding's draft tokens */
     bool errored;
     kiln_err err;
     const char *stop_matched; /* BORROWED from the handle (lives until srv_gen_free) */
@@ -277,6 +278,8 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
     p.grammar = g->grammar;
     p.grammar_triggers = g->gtrig;
     p.n_grammar_triggers = g->n_gtrig;
+    p.spec = r->spec;
+    p.spec_max_draft = r->spec_max_draft;
     uint64_t base = r->set & SRV_SET_SEED ? r->sp.seed
                                          : mix64((uint64_t)time(NULL) ^ (atomic_fetch_add(&s->next_id, 1) << 20));
     for (int i = 0; i < r->n; i++) {
@@ -568,6 +571,8 @@ static void choice_done(srv_gen *g, gen_choice *c, const eng_event *ev)
     c->completion_tokens = ev->completion_tokens;
     c->cached_tokens = ev->cached_tokens;
     c->resumed_tokens = ev->resumed_tokens;
+    c->spec_accepted = ev->spec_accepted;
+    c->spec_rejected = ev->spec_rejected;
     c->stop_matched = ev->stop_matched;
     srv_metrics_tokens(g->s->metrics, c == g->c ? ev->prompt_tokens : 0, ev->completion_tokens,
                        c == g->c ? ev->cached_tokens : 0);
@@ -691,8 +696,11 @@ static json_t *usage(const srv_gen *g)
     int32_t reasoning = 0;
     for (int i = 0; i < g->r.n; i++) completion += g->c[i].completion_tokens;
     for (int i = 0; i < g->r.n; i++) reasoning += g->c[i].reasoning_tokens;
+    int32_t acc = 0, rej = 0;
+    for (int i = 0; i < g->r.n; i++) acc += g->c[i].spec_accepted, rej += g->c[i].spec_rejected;
     json_t *u = srv_reply_usage(g->n_prompt, completion, g->c[0].cached_tokens);
     srv_reply_usage_reasoning(u, reasoning);
+    srv_reply_usage_predictions(u, acc, rej);
     add_resumed(u, g);
     return u;
 }

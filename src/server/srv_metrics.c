@@ -166,6 +166,28 @@ int srv_metrics_render(srv_metrics *m, const eng_stats *st, double uptime_s, srv
                     look ? (double)st->kv.hits / (double)look : 0.0);
     rc |= put_counter(b, "kiln_engine_steps_total", "Batched steps run.", st->steps);
     rc |= put_counter(b, "kiln_preemptions_total", "Sequences preempted for KV room.", st->preemptions);
+    /* speculative decoding (docs/speculative.md); method label: the drafter */
+    const eng_spec_stats *sp = &st->spec;
+    rc |= put(b, "# HELP kiln_spec_draft_tokens_total Draft tokens verified.\n"
+                 "# TYPE kiln_spec_draft_tokens_total counter\n"
+                 "kiln_spec_draft_tokens_total{method=\"ngram\"} %" PRIu64 "\n"
+                 "# HELP kiln_spec_accepted_tokens_total Draft tokens accepted (equal to the "
+                 "model's own sample).\n"
+                 "# TYPE kiln_spec_accepted_tokens_total counter\n"
+                 "kiln_spec_accepted_tokens_total{method=\"ngram\"} %" PRIu64 "\n"
+                 "# HELP kiln_spec_emitted_tokens_total Tokens emitted by rows that verified drafts.\n"
+                 "# TYPE kiln_spec_emitted_tokens_total counter\n"
+                 "kiln_spec_emitted_tokens_total{method=\"ngram\"} %" PRIu64 "\n"
+                 "# HELP kiln_spec_verifications_total Row verifications (a row with drafts in a step).\n"
+                 "# TYPE kiln_spec_verifications_total counter\n"
+                 "kiln_spec_verifications_total{method=\"ngram\"} %" PRIu64 "\n",
+              sp->drafted, sp->accepted, sp->emitted, sp->rows);
+    rc |= put_counter(b, "kiln_spec_declined_total", "Drafts the step cost rule declined.",
+                      sp->skipped_cost);
+    rc |= put_gauge(b, "kiln_spec_acceptance_ratio", "Accepted / drafted tokens.",
+                    sp->drafted ? (double)sp->accepted / (double)sp->drafted : 0.0);
+    rc |= put_gauge(b, "kiln_spec_mean_accepted_length", "Accepted draft tokens per verification.",
+                    sp->rows ? (double)sp->accepted / (double)sp->rows : 0.0);
     if (st->ssd_on) { /* SSD tier (--ssd-cache) */
         const kv_ssd_stats *d = &st->ssd;
         rc |= put_gauge(b, "kiln_ssd_cache_entries", "Entries on disk.", (double)d->entries);

@@ -408,6 +408,50 @@ static kiln_code parse_adapters(const json_t *root, srv_request *r, char *param,
     return KILN_OK;
 }
 
+/* "speculative": {"method": "ngram"|"off", "max_draft": N} | "ngram" | "off" | true | false.
+ * It never changes the output, only how fast it comes. */
+static kiln_code parse_speculative(const json_t *root, srv_request *r, char *param, kiln_err *err)
+{
+    json_t *v = field(root, "speculative");
+    if (!v || json_is_null(v)) return KILN_OK;
+    if (json_is_boolean(v)) {
+        r->spec = json_is_true(v) ? ENG_SPEC_NGRAM : ENG_SPEC_OFF;
+        return KILN_OK;
+    }
+    json_t *m = v;
+    if (json_is_object(v)) {
+        m = field(v, "method");
+        int64_t k = 0;
+        bool seen = false;
+        kiln_code rc = get_int(v, "max_draft", 0, ENG_SPEC_MAX_DRAFT, &k, &seen, param, err);
+        if (rc) {
+            snprintf(param, 64, "speculative.max_draft");
+            return rc;
+        }
+        if (seen) {
+            r->spec_max_draft = (int32_t)k;
+            if (k == 0) r->spec = ENG_SPEC_OFF; /* no drafts at all */
+        }
+        if (!m) {
+            if (r->spec == ENG_SPEC_DEFAULT && seen && k > 0) r->spec = ENG_SPEC_NGRAM;
+            return KILN_OK;
+        }
+    } else if (!json_is_string(v)) {
+        return bad(err, param, "speculative", "'%s' must be an object, a string or a boolean, got %s",
+                   type_name(v));
+    }
+    if (!json_is_string(m))
+        return bad(err, param, "speculative.method", "'%s' must be a string, got %s", type_name(m));
+    kiln_err merr;
+    eng_spec_method method;
+    if (eng_spec_method_parse(json_string_value(m), &method, &merr) != KILN_OK) {
+        snprintf(param, 64, "speculative.method");
+        return kiln_fail(err, KILN_E_INVALID, "%s", merr.msg);
+    }
+    if (r->spec != ENG_SPEC_OFF) r->spec = method;
+    return KILN_OK;
+}
+
 static kiln_code parse_options(const json_t *root, srv_request *r, char *param, kiln_err *err)
 {
     kiln_code rc;
@@ -438,7 +482,7 @@ static kiln_code parse_options(const json_t *root, srv_request *r, char *param, 
     if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, param, err))) return rc;
     if ((rc = get_bool(root, "skip_special_tokens", &r->skip_special, param, err))) return rc;
     if ((rc = get_bool(root, "add_generation_prompt", &r->add_generation_prompt, param, err))) return rc;
-    return KILN_OK;
+    return parse_speculative(root, r, param, err);
 }
 
 /* ---------------------------------------------------------------- API */

@@ -87,6 +87,10 @@ typedef struct {
     bool store;              /* keep this response for previous_response_id */
     bool instructions;       /* messages[0] came from `instructions` (not carried on) */
     char *previous_response_id; /* OWNED or NULL */
+    /* speculative decoding (docs/speculative.md): "speculative": {"method":
+     * "ngram"|"off", "max_draft": N}, a method string, or a boolean */
+    eng_spec_method spec;    /* ENG_SPEC_DEFAULT: the server's */
+    int32_t spec_max_draft;  /* 0: the server's */
 } srv_request;
 
 /* API */

@@ -150,6 +150,14 @@ void srv_reply_usage_reasoning(json_t *usage, int32_t reasoning_tokens)
                             json_pack("{s:i}", "reasoning_tokens", (json_int_t)reasoning_tokens));
 }
 
+void srv_reply_usage_predictions(json_t *usage, int32_t accepted, int32_t rejected)
+{
+    json_t *d = usage ? json_object_get(usage, "completion_tokens_details") : NULL;
+    if (!d) return;
+    json_object_set_new(d, "accepted_prediction_tokens", json_integer(accepted));
+    json_object_set_new(d, "rejected_prediction_tokens", json_integer(rejected));
+}
+
 /* ---------------------------------------------------------------- logprobs */
 
 json_t *srv_logprobs_new(srv_api api)

@@ -57,6 +57,10 @@ json_t *srv_reply_tool_call_delta(size_t i, const char *id, const char *name, co
 json_t *srv_reply_tool_use(const char *id, const char *name, const char *args);
 /* Adds completion_tokens_details.reasoning_tokens to an OpenAI usage object. */
 void srv_reply_usage_reasoning(json_t *usage, int32_t reasoning_tokens);
+/* Adds completion_tokens_details.accepted_prediction_tokens /
+ * rejected_prediction_tokens (speculative decoding's draft tokens) to an
+ * OpenAI usage object that has completion_tokens_details. */
+void srv_reply_usage_predictions(json_t *usage, int32_t accepted, int32_t rejected);
 
 /* Logprobs. Chat: {"content": [entry...]} with entry {token, logprob, bytes,
  * top_logprobs: [{token, logprob, bytes}]}. Completions: {tokens,

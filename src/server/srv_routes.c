@@ -150,6 +150,20 @@ int srv_route_stats(srv_server *s, json_t **body)
                                       (json_int_t)st.grammar.masks, "mask_s", st.grammar.mask_s,
                                       "wait_s", st.grammar.wait_s, "budget_redraws",
                                       (json_int_t)st.grammar.budget_redraws));
+        /* speculative decoding (docs/speculative.md) */
+        const eng_spec_stats *sp = &st.spec;
+        json_object_set_new(
+            ej, "speculative",
+            json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "method",
+                      eng_spec_method_name(st.spec_method), "max_draft", (int)st.spec_max_draft,
+                      "steps", (json_int_t)sp->steps, "verifications", (json_int_t)sp->rows,
+                      "drafted", (json_int_t)sp->drafted, "accepted", (json_int_t)sp->accepted,
+                      "emitted", (json_int_t)sp->emitted, "declined_by_cost",
+                      (json_int_t)sp->skipped_cost, "acceptance_rate",
+                      sp->drafted ? (double)sp->accepted / (double)sp->drafted : 0.0,
+                      "mean_accepted_length",
+                      sp->rows ? (double)sp->accepted / (double)sp->rows : 0.0, "draft_s",
+                      sp->draft_s, "verify_s", sp->verify_s));
     }
     json_t *adm = j ? admission_json(s, &st) : NULL;
     if (adm) json_object_update(json_object_get(j, "admission"), adm); /* takes new references */

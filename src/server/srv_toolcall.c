@@ -16,6 +16,7 @@
  */
 #include "server/srv_toolcall.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,7 +152,11 @@ static json_t *coerce(const char *v, size_t n, const char *type, bool guess)
     if (!type && !guess) return json_stringn(v, n);
     if (type && !strcmp(type, "string")) return json_stringn(v, n);
     json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
+    if (!j && type && (!strcmp(type, "number") || !strcmp(type, "integer")))
+        /* an integer past int64 (jansson refuses it) is still a JSON number */
+        j = json_loadb(v, n, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, NULL);
     if (j && type && !strcmp(type, "integer") && json_is_real(j) &&
+        fabs(json_real_value(j)) < 9.2e18 && /* the cast below is defined */
         json_real_value(j) == (double)(json_int_t)json_real_value(j)) {
         json_t *k = json_integer((json_int_t)json_real_value(j));
         json_decref(j);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_serve_ssd_crash.sh — crashes and the SSD tier:
 #   resume: kill -9 at ~60% of a 300-token generation (seeded, greedy,
-#   unseeded, two batched rows), retry the identical request: identical text
+#   unseeded, speculative, two batched rows), retry the identical request: identical text
 #   (seeded/greedy), usage.resumed_tokens > 0, checkpoint removed at the end;
 #   crash loop: kill -9 during write-behind and checkpoint writes, N times;
 #   afterwards nothing is quarantined (atomic writes), the cache still works,
@@ -20,15 +20,15 @@ n_ckpt() { ls "$DIR" | grep -c '^ck-'; }
 
 # resume NAME EXTRA_JSON COMPARE: reference run, killed run, retried run
 resume() {
-  local name=$1 extra=$2 compare=$3
+  local name=$1 extra=$2 compare=$3 refextra=${4:-$2} n=${RESUME_TOKENS:-300}
   serve S || return 1
   local ref=""
-  if [ "$compare" = same ]; then ref=$($PY "$REQ" "$S_URL" -5 300 "$extra"); fi
-  local killed; killed=$($PY "$KILL" "$S_URL" "$S_PID" 150 5 300 "$extra")
+  if [ "$compare" = same ]; then ref=$($PY "$REQ" "$S_URL" -5 "$n" "$refextra"); fi
+  local killed; killed=$($PY "$KILL" "$S_URL" "$S_PID" 150 5 "$n" "$extra")
   wait "$S_PID" 2>/dev/null
   check "$name: killed mid-generation ($(j "$killed" "['chunks']") chunks), a checkpoint is on disk" [ "$(n_ckpt)" = 1 ]
   serve S || return 1
-  local again; again=$($PY "$REQ" "$S_URL" -5 300 "$extra")
+  local again; again=$($PY "$REQ" "$S_URL" -5 "$n" "$extra")
   check "$name: the retry resumed ($(j "$again" "['resumed']") tokens)" [ "$(j "$again" "['resumed']")" -gt 0 ]
   if [ "$compare" = same ]; then
     check "$name: identical to an uninterrupted run" [ "$(j "$ref" "['text']")" = "$(j "$again" "['text']")" ]
@@ -41,28 +41,35 @@ resume() {
 }
 resume seeded '{"temperature":0.8,"seed":42,"ignore_eos":true}' same
 resume greedy '{"temperature":0,"ignore_eos":true}' same
-resume unseeded '{"temperature":0.9,"ignore_eos":true}' prefix
+# (2000 tokens: the server must still be generating when the client has read
+# 150 chunks; at temperature 0.9 many tokens of the random model send no text)
+RESUME_TOKENS=2000 resume unseeded '{"temperature":0.9,"ignore_eos":true}' prefix
+# speculative decoding (docs/speculative.md): killed while drafting, the retry
+# (drafting too) equals an uninterrupted run without drafting
+resume speculative '{"temperature":0.8,"seed":43,"ignore_eos":true,"speculative":"ngram"}' same \
+  '{"temperature":0.8,"seed":43,"ignore_eos":true,"speculative":"off"}'
 
 # two batched rows, both killed, both resumed independently: B is long (3000
 # tokens) and running before A starts, so it is mid-generation when A's kill
 # comes, whatever the machine's speed; the kill waits until both rows'
-# checkpoints are on disk (KILN_KILL_SETTLE_CKPT: ck- files in DIR), since the writer may lag
+# checkpoints are on disk (KILN_KILL_SETTLE_CKPT: ck- files in DIR), since the writer may lag;
+# A is 1500 tokens so that it is still generating when the client has read 150 chunks
 serve S || exit 1
 A='{"temperature":0.8,"seed":1,"ignore_eos":true}'
 B='{"temperature":0.8,"seed":2,"ignore_eos":true}'
-refA=$($PY "$REQ" "$S_URL" -5 300 "$A"); refB=$($PY "$REQ" "$S_URL" -5 3000 "$B")
+refA=$($PY "$REQ" "$S_URL" -5 1500 "$A"); refB=$($PY "$REQ" "$S_URL" -5 3000 "$B")
 ($PY "$REQ" "$S_URL" -5 3000 "$B" >/dev/null 2>&1 &)
 for _ in $(seq 600); do
   [ "$(curl -s "$S_URL/stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['batch']['active'])")" = 1 ] && break
   sleep 0.05
 done
-KILN_KILL_SETTLE_CKPT=2 KILN_KILL_SETTLE_DIR="$DIR" $PY "$KILL" "$S_URL" "$S_PID" 150 5 300 "$A" >/dev/null
+KILN_KILL_SETTLE_CKPT=2 KILN_KILL_SETTLE_DIR="$DIR" $PY "$KILL" "$S_URL" "$S_PID" 150 5 1500 "$A" >/dev/null
 wait "$S_PID" 2>/dev/null
 check "batched: two checkpoints on disk" [ "$(n_ckpt)" = 2 ]
 serve S || exit 1
 $PY "$REQ" "$S_URL" -5 3000 "$B" > "$E2E_TMP/b.json" &
 bp=$!
-againA=$($PY "$REQ" "$S_URL" -5 300 "$A")
+againA=$($PY "$REQ" "$S_URL" -5 1500 "$A")
 wait $bp
 againB=$(cat "$E2E_TMP/b.json")
 check "batched: row A resumed ($(j "$againA" "['resumed']")) and identical" \

@@ -84,6 +84,57 @@ static void test_same_seed_same_tokens(void)
     ASSERT_TRUE(distinct > 0);
 }
 
+/* The draw at a position is a pure function of (seed, position): whatever was
+ * drawn before, at that position or elsewhere, it comes out the same (what
+ * makes speculative verification exact). */
+static void test_draw_is_a_function_of_seed_and_position(void)
+{
+    eng_rng a, b;
+    eng_rng_seed(&a, 42);
+    eng_rng_seed(&b, 42);
+    for (int i = 0; i < 17; i++) eng_rng_uniform(&b); /* b has drawn a lot */
+    eng_rng_at(&b, 1000);
+    eng_rng_uniform(&b);
+    for (int64_t pos = 0; pos < 300; pos++) {
+        eng_rng_at(&a, pos);
+        eng_rng_at(&b, pos);
+        double x = eng_rng_uniform(&a);
+        ASSERT_TRUE(x == eng_rng_uniform(&b));
+        ASSERT_TRUE(x != eng_rng_uniform(&a)); /* a second draw (a redraw) differs */
+    }
+    /* another seed, other numbers; the words look uniform (mean and buckets) */
+    eng_rng c;
+    eng_rng_seed(&c, 43);
+    eng_rng_at(&a, 5);
+    eng_rng_at(&c, 5);
+    ASSERT_TRUE(eng_rng_uniform(&a) != eng_rng_uniform(&c));
+    int bucket[10] = {0};
+    double sum = 0;
+    enum { N = 20000 };
+    for (int64_t pos = 0; pos < N; pos++) {
+        eng_rng_at(&a, pos);
+        double x = eng_rng_uniform(&a);
+        ASSERT_TRUE(x >= 0.0 && x < 1.0);
+        sum += x;
+        bucket[(int)(x * 10)]++;
+    }
+    ASSERT_NEAR_F32(sum / N, 0.5, 0.01);
+    for (int i = 0; i < 10; i++) ASSERT_TRUE(bucket[i] > N / 10 - 300 && bucket[i] < N / 10 + 300);
+    /* sampling: the token at a position does not depend on the draws before */
+    eng_sampling sp = eng_sampling_default();
+    sp.temperature = 1.0f;
+    for (int64_t pos = 0; pos < 64; pos++) {
+        float l1[16], l2[16];
+        for (int j = 0; j < 16; j++) l1[j] = l2[j] = (float)((j * 7) % 5) * 0.3f;
+        eng_rng_at(&a, pos);
+        eng_rng_at(&b, pos);
+        eng_rng_uniform(&b);
+        eng_rng_at(&b, pos);
+        ASSERT_EQ_I64(eng_sample_row(&sp, l1, 16, NULL, 0, &a, scratch, NULL),
+                      eng_sample_row(&sp, l2, 16, NULL, 0, &b, scratch, NULL));
+    }
+}
+
 static void test_penalties_and_bias_change_the_pick(void)
 {
     eng_sampling sp = eng_sampling_default();
@@ -208,6 +259,7 @@ int main(void)
     RUN(test_top_p_keeps_smallest_set_reaching_mass);
     RUN(test_min_p_drops_unlikely_tokens);
     RUN(test_same_seed_same_tokens);
+    RUN(test_draw_is_a_function_of_seed_and_position);
     RUN(test_penalties_and_bias_change_the_pick);
     RUN(test_top_logprobs_are_sorted);
     RUN(test_validation_names_the_field);

@@ -221,6 +221,54 @@ static void test_null_fields_mean_default_and_single_stop_string(void)
     srv_request_free(&r);
 }
 
+/* "speculative": object, method string or boolean; errors name the field. */
+static void test_speculative_field(void)
+{
+    static const struct {
+        const char *v;
+        eng_spec_method m;
+        int32_t k;
+    } ok[] = {
+        {"{\"method\":\"ngram\",\"max_draft\":6}", ENG_SPEC_NGRAM, 6},
+        {"{\"method\":\"off\"}", ENG_SPEC_OFF, 0},
+        {"{\"max_draft\":3}", ENG_SPEC_NGRAM, 3},
+        {"{\"method\":\"ngram\",\"max_draft\":0}", ENG_SPEC_OFF, 0},
+        {"\"ngram\"", ENG_SPEC_NGRAM, 0},
+        {"true", ENG_SPEC_NGRAM, 0},
+        {"false", ENG_SPEC_OFF, 0},
+        {"null", ENG_SPEC_DEFAULT, 0},
+    };
+    char b[256], param[64];
+    kiln_err err;
+    srv_request r;
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        snprintf(b, sizeof b, "{\"prompt\":\"x\",\"speculative\":%s}", ok[i].v);
+        ASSERT_OK(parse(SRV_API_COMPLETION, b, &r, param, &err));
+        ASSERT_EQ_I64(r.spec, ok[i].m);
+        ASSERT_EQ_I64(r.spec_max_draft, ok[i].k);
+        srv_request_free(&r);
+    }
+    ASSERT_OK(parse(SRV_API_COMPLETION, "{\"prompt\":\"x\"}", &r, param, &err));
+    ASSERT_EQ_I64(r.spec, ENG_SPEC_DEFAULT);
+    srv_request_free(&r);
+    static const struct {
+        const char *v, *param;
+    } bad[] = {
+        {"{\"method\":\"medusa\"}", "speculative.method"},
+        {"{\"method\":3}", "speculative.method"},
+        {"{\"max_draft\":17}", "speculative.max_draft"},
+        {"{\"max_draft\":-1}", "speculative.max_draft"},
+        {"{\"max_draft\":\"4\"}", "speculative.max_draft"},
+        {"7", "speculative"},
+        {"[]", "speculative"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(b, sizeof b, "{\"prompt\":\"x\",\"speculative\":%s}", bad[i].v);
+        ASSERT_CODE(parse(SRV_API_COMPLETION, b, &r, param, &err), KILN_E_INVALID);
+        ASSERT_STR_EQ(param, bad[i].param);
+    }
+}
+
 static void test_too_many_stop_strings(void)
 {
     char b[1024] = "{\"prompt\":\"x\",\"stop\":[";
@@ -276,5 +324,6 @@ int main(void)
     RUN(test_completion_prompt_forms);
     RUN(test_null_fields_mean_default_and_single_stop_string);
     RUN(test_too_many_stop_strings);
+    RUN(test_speculative_field);
     return TEST_DONE();
 }

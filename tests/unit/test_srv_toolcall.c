@@ -144,6 +144,16 @@ static void test_qwen3_coder_xml_with_schema_coercion(void)
            "Sure.\n", "get_weather {\"city\":\"São Paulo\",\"days\":3,\"metric\":true,\"zip\":\"01310\",\"opts\":{\"a\":1}}");
 }
 
+/* An integer past int64 (jansson refuses it as an integer) is still a JSON
+ * number for an "integer" parameter, never a string the schema rejects. */
+static void test_qwen3_coder_huge_integer_stays_a_number(void)
+{
+    EXPECT(SRV_TC_QWEN3_CODER,
+           "<tool_call>\n<function=get_weather>\n<parameter=days>\n910656736991031010103310\n"
+           "</parameter>\n</function>\n</tool_call>",
+           "", "get_weather {\"days\":9.1065673699103096e23}");
+}
+
 static void test_qwen3_coder_several_and_unknown_params_stay_strings(void)
 {
     EXPECT(SRV_TC_QWEN3_CODER,
@@ -226,6 +236,7 @@ int main(void)
     RUN(test_partial_marker_is_held_then_released);
     RUN(test_unicode_arguments);
     RUN(test_qwen3_coder_xml_with_schema_coercion);
+    RUN(test_qwen3_coder_huge_integer_stays_a_number);
     RUN(test_qwen3_coder_several_and_unknown_params_stay_strings);
     RUN(test_qwen3_coder_malformed_is_content);
     RUN(test_llama3_bare_json_and_python_tag);
