@@ -4,12 +4,15 @@
  * successful parse must give a request whose fields hold their documented
  * ranges; every path must free what it built. The same bytes are then fed as
  * model output to every tool-call parser, whole and split in two: calls must
- * carry valid JSON object arguments, and no input may crash or leak.
+ * carry valid JSON object arguments, and no input may crash or leak; and to
+ * the think-block splitter in both styles (<think>, Gemma 4's <|channel>):
+ * content and reasoning never hold more bytes than came in.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "server/srv_anthropic.h"
+#include "server/srv_reasoning.h"
 #include "server/srv_responses.h"
 #include "server/srv_toolcall.h"
 
@@ -53,6 +56,24 @@ static void tool_calls(const uint8_t *data, size_t size)
     }
 }
 
+static void think_split(const uint8_t *data, size_t size)
+{
+    for (int st = 0; st < SRV_THINK_COUNT; st++) {
+        srv_think t;
+        size_t cut = size ? data[0] % (size + 1) : 0;
+        /* the first `cut` bytes are the prompt: it may leave a block open */
+        srv_think_start(&t, (srv_think_style)st, true, (const char *)data, cut);
+        srv_buf c = {0}, r = {0};
+        size_t half = cut + (size - cut) / 2;
+        srv_think_push(&t, (const char *)data + cut, half - cut, &c, &r);
+        srv_think_push(&t, (const char *)data + half, size - half, &c, &r);
+        srv_think_flush(&t, &c, &r);
+        if (c.len + r.len > size - cut) __builtin_trap();
+        srv_buf_free(&c);
+        srv_buf_free(&r);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     for (int api = 0; api < 4; api++) {
@@ -71,5 +92,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         srv_request_free(&r);
     }
     tool_calls(data, size);
+    think_split(data, size);
     return 0;
 }

@@ -2,7 +2,7 @@
 """ref_forward.py — float64 numpy reference forward pass for kiln's tests.
 
 Loads a Hugging Face snapshot of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
-Qwen3ForCausalLM (F32/F16/BF16 weights, one file or sharded, or an mlx-lm affine-quantized
+Qwen3ForCausalLM (Gemma 3 / Gemma 4: tools/ref_gemma.py, through the same command line) (F32/F16/BF16 weights, one file or sharded, or an mlx-lm affine-quantized
 snapshot, dequantized at load) and computes logits for every position of a token sequence.
 All arithmetic is float64 on the stored weights widened exactly (bf16/f16 -> f64; MLX affine
 weights dequantized in float32 as MLX does, w = q*scale + bias, then widened). Every weight is
@@ -91,6 +91,7 @@ import numpy as np
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_numpy as S  # noqa: E402
+import ref_gemma  # noqa: E402
 
 SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 HYBRID = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
@@ -109,6 +110,13 @@ def load_config(d):
 
 
 class Model:
+    def __new__(cls, d):
+        """Gemma 3/4 snapshots go to ref_gemma.GemmaModel (same interface)."""
+        arch = (load_config(d).get("architectures") or [""])[0]
+        if arch in ref_gemma.ARCHS:
+            return ref_gemma.GemmaModel(d)
+        return super().__new__(cls)
+
     def __init__(self, d):
         self.dir = d
         c = self.cfg = load_config(d)

@@ -84,7 +84,7 @@ int cli_fit(int argc, char **argv)
         in.ctx_explicit = ctx > 0;
         eng_runtime_opts r = eng_runtime_resolve(&c, &o);
         in.overhead_bytes = eng_admit_overhead_for_dir(model, CLI_FIT_SERVER_BYTES, r.max_seqs);
-        if (eng_admit_compute(&c, wt_set_bytes(ws), &o, &in, &plan, &err)) {
+        if (eng_admit_compute(&c, mdl_weights_used_bytes(&c, ws), &o, &in, &plan, &err)) {
             wt_set_close(ws);
             wt_config_free(&c);
             return cli_fail("fit", &err);
@@ -92,7 +92,7 @@ int cli_fit(int argc, char **argv)
         f = plan.fit;
         have_plan = 1;
     } else {
-        eng_fit_compute(&c, wt_set_bytes(ws), &o, &f);
+        eng_fit_compute(&c, mdl_weights_used_bytes(&c, ws), &o, &f);
     }
     if (bandwidth <= 0) bandwidth = eng_measure_bandwidth(f.o.n_threads);
     double tok_s = bandwidth > 0 ? bandwidth * 1e9 / (double)f.read_per_token : 0;

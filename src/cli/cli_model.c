@@ -348,8 +348,12 @@ int cli_info(int argc, char **argv)
            c->tie_word_embeddings ? "yes" : "no");
     printf("context:        %" PRId64 " (max_position_embeddings), rope_theta %g\n", c->max_pos,
            c->rope_theta);
-    printf("kv per token:   %" PRIu64 " bytes (f32, the %d layers that store K/V)\n",
-           in.kv_bytes_per_token, (int)in.kv_layers);
+    const mdl_plan *pl = mdl_get_plan(m);
+    int32_t stores = 0;
+    for (int32_t L = 0; L < pl->n_layers; L++)
+        stores += mdl_plan_stores_kv(pl, L);
+    printf("kv per token:   %" PRIu64 " bytes (f32, the %d of %d layers that store K/V)\n",
+           in.kv_bytes_per_token, (int)stores, (int)pl->n_layers);
     if (c->layer_linear) {
         const mdl_plan *p = mdl_get_plan(m);
         int32_t rot = 0;
@@ -367,6 +371,9 @@ int cli_info(int argc, char **argv)
                in.state_bytes, (double)in.state_bytes / 1048576.0);
         printf("layout:         %s%s\n", in.layout, c->has_vision ? "; vision tower not run" : "");
     }
+    char plan[4096];
+    mdl_describe_plan(m, plan, sizeof plan);
+    printf("layer plan:\n%s", plan);
     char groups[2048];
     mdl_describe_groups(m, groups, sizeof groups);
     printf("tensor groups:\n%s", groups);

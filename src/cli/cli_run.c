@@ -166,6 +166,7 @@ static void answer(run_state *st)
 {
     kiln_err err;
     int32_t *ids = NULL, n = 0;
+    int style = st->chat ? srv_think_detect(st->tok, NULL) : -1; /* reasoning shown dimmed */
     kiln_code rc = st->chat ? chat_ids(st, &ids, &n, &err) : text_ids(st, &ids, &n, &err);
     if (!rc && n >= st->rt->o.ctx)
         rc = kiln_fail(&err, KILN_E_INVALID, "the conversation (%d tokens) fills the context (%d); "
@@ -173,6 +174,8 @@ static void answer(run_state *st)
     eng_handle *h = NULL;
     if (!rc) {
         eng_params p = eng_params_default();
+        if (style >= 0 && srv_think_needs_special((srv_think_style)style, st->tok))
+            p.skip_special = false; /* Gemma 4's <|channel> tags are special tokens */
         p.prompt = ids;
         p.n_prompt = n;
         int64_t room = st->rt->o.ctx - n;
@@ -194,8 +197,7 @@ static void answer(run_state *st)
         return;
     }
     srv_think think;
-    int think_on = st->chat && tok_piece_to_id(st->tok, "<think>", 7) >= 0;
-    srv_think_init(&think, think_on, false);
+    srv_think_start(&think, style >= 0 ? (srv_think_style)style : SRV_THINK_TAGS, style >= 0, NULL, 0);
     srv_buf content = {0}, reasoning = {0};
     double t0 = plat_now(), t_first = 0, t_last = 0;
     int stopped = 0, in_think = 0;

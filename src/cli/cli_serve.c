@@ -121,7 +121,7 @@ static int plan_memory(const serve_flags *f, const char *dir, const wt_config *c
     kiln_err err;
     wt_set *ws;
     if (wt_set_open(dir, &ws, &err)) return cli_fail("serve", &err);
-    uint64_t weights = wt_set_bytes(ws);
+    uint64_t weights = mdl_weights_used_bytes(cfg, ws);
     wt_set_close(ws);
     eng_fit base;
     eng_fit_compute(cfg, weights, o, &base);

@@ -64,8 +64,8 @@ int32_t eng_fit_sliding_layers(const wt_config *c)
     mdl_plan plan;
     if (mdl_plan_build(c, &plan, NULL) != KILN_OK) return 0;
     int32_t n = 0;
-    for (int32_t L = 0; L < plan.n_layers; L++)
-        n += plan.layer[L].window > 0;
+    for (int32_t L = 0; L < plan.n_layers; L++) /* KV-shared layers store nothing */
+        n += plan.layer[L].window > 0 && mdl_plan_stores_kv(&plan, L);
     mdl_plan_free(&plan);
     return n;
 }
@@ -297,6 +297,7 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
         f->state_layers += l.state_floats[L] > 0;
     mdl_plan plan;
     uint64_t vecs = 0;
+    mdl_params pp = {0};
     int have_plan = mdl_plan_build(c, &plan, NULL) == KILN_OK;
     if (have_plan) {
         f->scratch_bytes =
@@ -308,6 +309,9 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
                                (int64_t)(lp->n_heads + 2 * lp->n_kv_heads) * lp->head_dim +
                                2 * lp->ffn_dim) *
                     4;
+            if (lp->ffn == MDL_FFN_MOE) /* router scale, extra norms, expert views */
+                vecs += (uint64_t)(4 * plan.hidden + lp->moe.n_experts) * 4 +
+                        3 * (uint64_t)lp->moe.n_experts * 80; /* sizeof(kn_mat) */
             if (lp->mixer == MDL_MIX_DELTANET) /* f32 conv taps, A, dt bias, gated norm */
                 vecs += (uint64_t)((2 * (int64_t)lp->lin_k_heads * lp->lin_k_dim +
                                     (int64_t)lp->lin_v_heads * lp->lin_v_dim) *
@@ -315,6 +319,7 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
                                    2 * lp->lin_v_heads + lp->lin_v_dim) *
                         4;
         }
+        mdl_plan_params(&plan, c->tie_word_embeddings, &pp);
         mdl_plan_free(&plan);
     }
     f->logits_bytes = (uint64_t)o->logit_rows * (uint64_t)c->vocab * 4;
@@ -322,27 +327,22 @@ void eng_fit_compute(const wt_config *c, uint64_t weights_bytes, const eng_runti
     f->other_bytes = eng_sample_scratch_bytes(c->vocab) + vecs + (uint64_t)total_blocks * 64;
     f->total_bytes = f->weights_bytes + f->kv_pool_bytes + f->state_pool_bytes + f->scratch_bytes +
                      f->logits_bytes + f->other_bytes;
-    /* decode streams every weight except the embedding table (one row), plus
+    /* decode streams every weight but the tables a token gathers one row of
+     * (an untied embedding, Gemma's per-layer input table) and, in MoE layers,
+     * only the top_k experts it is routed to (mdl_plan_params; bytes per
+     * parameter those of the whole file, close enough for a prediction), a
+     * hybrid's recurrent state (read and written), plus
      * the K/V of the context so far (ctx/2 on average; a sliding layer reads
      * only its window, whether or not its blocks are capped) */
-    uint64_t embed = (uint64_t)c->vocab * (uint64_t)c->hidden; /* elements */
     int64_t half = o->ctx / 2, start = kv_format_split(&kf) ? o->kv_quant_start : 0;
-    f->read_per_token = weights_bytes + 2 * f->state_bytes; /* a state is read and written */
+    f->read_per_token = weights_bytes;
+    if (pp.total > 0)
+        f->read_per_token = (uint64_t)((double)weights_bytes * (double)pp.decode / (double)pp.total);
+    f->read_per_token += 2 * f->state_bytes; /* a state is read and written */
     for (int g = 0; g < attn.n_groups; g++)
         f->read_per_token += kv_read_bytes(kv_layout_bytes_per_token(&attn, &kf, g, KV_CLASS_MAIN),
                                            kv_layout_bytes_per_token(&attn, &kf, g, KV_CLASS_FULL),
                                            start, half, attn.window[g]);
-    if (!c->tie_word_embeddings) {
-        /* the untied table is only gathered: subtract its share (its bytes per
-         * element are those of the whole file, close enough for a prediction) */
-        uint64_t params =
-            (uint64_t)c->n_layers *
-                (uint64_t)((c->n_heads + 2 * c->n_kv_heads) * c->head_dim * c->hidden +
-                           c->n_heads * c->head_dim * c->hidden + 3 * c->intermediate * c->hidden) +
-            2 * embed;
-        if (params > 0)
-            f->read_per_token -= (uint64_t)((double)weights_bytes * (double)embed / (double)params);
-    }
 }
 
 kiln_code eng_fit_model(const char *dir, const eng_runtime_opts *o, eng_fit *out, kiln_err *err)
@@ -363,7 +363,7 @@ kiln_code eng_fit_model(const char *dir, const eng_runtime_opts *o, eng_fit *out
     }
     eng_runtime_opts oo = *o;
     oo.kv_fmt = &kf;
-    eng_fit_compute(&c, wt_set_bytes(ws), &oo, out);
+    eng_fit_compute(&c, mdl_weights_used_bytes(&c, ws), &oo, out);
     out->o.kv_fmt = NULL; /* kf dies here */
     wt_set_close(ws);
     wt_config_free(&c);

@@ -51,7 +51,7 @@ typedef struct {
     uint64_t kv_bytes_per_token_full_layers;    /* of it: the full-attention layers */
     uint64_t kv_bytes_per_token_sliding_layers; /* of it: the sliding-window layers */
     int32_t sliding_window;                     /* the model's window (0 = none) */
-    int32_t sliding_layers;                     /* layers that use it */
+    int32_t sliding_layers;                     /* layers that use it and store K/V */
     int32_t kv_window;                /* o.kv_window: sequences hold only their window's blocks
                                          (every layer slides); 0 = not capped (a full layer needs
                                          every position, and a block holds every layer) */

@@ -51,6 +51,7 @@ static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         for (int64_t h = 0; h < nkv; h++) {
             if (ly->attn.k_norm) kn_rmsnorm(k + h * hd, k + h * hd, ly->attn.k_norm, hd, eps, 0.0f);
             if (rope) kn_rope_neox(k + h * hd, rope->rot, cs);
+            if (p->v_norm) kn_rmsnorm(v + h * hd, v + h * hd, NULL, hd, eps, 0.0f);
         }
         /* each head's row is encoded on its own: its bytes depend on that row only */
         const mdl_seq *sq = &s->seqs[s->tok_seq[t]];
@@ -172,11 +173,15 @@ void mdl_attn_forward(mdl_step *s)
     mdl_lora_apply(s, MDL_LT_Q, s->h, H, p->attn_gate ? s->mix : s->q, p->attn_gate ? 2 * qd : qd);
     if (p->kv_src == s->layer) {
         kn_matmul(pool, &at->wk, s->h, T, s->k);
-        kn_matmul(pool, &at->wv, s->h, T, s->v);
         mdl_add_bias_rows(s->k, at->bk, T, kd);
-        mdl_add_bias_rows(s->v, at->bv, T, kd);
         mdl_lora_apply(s, MDL_LT_K, s->h, H, s->k, kd);
-        mdl_lora_apply(s, MDL_LT_V, s->h, H, s->v, kd);
+        if (p->k_eq_v) { /* V is the raw K projection; both are stored after their norms */
+            memcpy(s->v, s->k, sizeof(float) * (size_t)(T * kd));
+        } else {
+            kn_matmul(pool, &at->wv, s->h, T, s->v);
+            mdl_add_bias_rows(s->v, at->bv, T, kd);
+            mdl_lora_apply(s, MDL_LT_V, s->h, H, s->v, kd);
+        }
     }
     kn_pool_for(pool, T, s->grain, qkv_rows, s);
     bind_layer(s);
@@ -201,20 +206,28 @@ kiln_code mdl_attn_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *e
 #define VEC(field, sub, len, opt)                                                                  \
     snprintf(n, sizeof n, "%s.%s", prefix, sub);                                                   \
     if ((rc = mdl_load_vec(m, n, len, opt, 0.0f, &a->field, err))) return rc
+    /* a KV-shared layer reads its donor's K/V: its own k/v tensors, if the
+     * checkpoint carries them, are never loaded (design/models/gemma4.md §3) */
+    int stores = p->kv_src == L;
     int64_t qrows = p->attn_gate ? 2 * qd : qd; /* gated: [query, gate] per head */
     MAT(wq, "q_proj", qrows, H);
-    MAT(wk, "k_proj", kd, H);
-    MAT(wv, "v_proj", kd, H);
+    if (stores) {
+        MAT(wk, "k_proj", kd, H);
+        VEC(bk, "k_proj.bias", kd, !p->k_bias);
+        if (!p->k_eq_v) {
+            MAT(wv, "v_proj", kd, H);
+            VEC(bv, "v_proj.bias", kd, !p->v_bias);
+        }
+    }
     MAT(wo, "o_proj", H, qd);
     VEC(bq, "q_proj.bias", qrows, !p->q_bias);
-    VEC(bk, "k_proj.bias", kd, !p->k_bias);
-    VEC(bv, "v_proj.bias", kd, !p->v_bias);
     VEC(bo, "o_proj.bias", H, 1); /* Qwen2 has q/k/v biases only: o's when present */
     if (p->qk_norm) {
         snprintf(n, sizeof n, "%s.q_norm.weight", prefix);
         if ((rc = mdl_load_vec(m, n, p->head_dim, 0, m->plan.norm_add, &a->q_norm, err))) return rc;
         snprintf(n, sizeof n, "%s.k_norm.weight", prefix);
-        if ((rc = mdl_load_vec(m, n, p->head_dim, 0, m->plan.norm_add, &a->k_norm, err))) return rc;
+        if (stores && (rc = mdl_load_vec(m, n, p->head_dim, 0, m->plan.norm_add, &a->k_norm, err)))
+            return rc;
     }
 #undef MAT
 #undef VEC

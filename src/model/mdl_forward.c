@@ -8,9 +8,11 @@
  *                                                                (kinds: mdl_plan.h)
  *   h = RMSNorm(h, post_mix_norm)           when the family has it
  *   x += h
- *   h = ffn(RMSNorm(x, pre_ffn_norm))       mdl_mlp_forward
+ *   h = ffn(RMSNorm(x, pre_ffn_norm))       mdl_mlp_forward or mdl_moe_forward
  *   h = RMSNorm(h, post_ffn_norm)           when the family has it
  *   x += h
+ *   x += per-layer input gate               mdl_pli_forward (Gemma 4 e2b/e4b)
+ *   x *= layer_scalar                       when the layer has one (Gemma 4)
  * then the final norm and the LM head on the rows that need logits (soft-capped
  * when the plan says). Every per-token result depends only on that token's row
  * and its sequence's keys, each reduced in a fixed order: a sequence's logits
@@ -68,6 +70,7 @@ size_t mdl_scratch_bytes(const mdl_plan *p, int n_threads, int32_t max_tokens, i
     size_t max_blocks = (size_t)max_ctx + 1; /* pointer tables: at most one block per position */
     return sizeof(float) * (step_floats(p, max_tokens) + (size_t)n_threads * (size_t)af) +
            sizeof(int32_t) * (2 * (size_t)max_tokens + (size_t)max_seqs + 1) +
+           mdl_moe_scratch_bytes(p, max_tokens) + mdl_pli_scratch_bytes(p, n_threads, max_tokens) +
            (sizeof(kn_attn_args) + 2 * sizeof(void *) * max_blocks) * (size_t)max_seqs +
            64 * (18 + MDL_MAX_ROPES + 2 * (size_t)max_seqs); /* 64-byte alignment of arrays */
 }
@@ -242,7 +245,10 @@ static kiln_code step_alloc(mdl_step *s, kiln_err *err)
     for (int32_t r = 0; r < p->n_ropes; r++)
         if (!(s->cs[r] = ARENA_ARRAY(a, float, T * p->rope[r].rot)))
             return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
-    return mdl_attn_alloc(s, a, err);
+    kiln_code rc = mdl_attn_alloc(s, a, err);
+    if (!rc) rc = mdl_moe_alloc(s, a, err);
+    if (!rc) rc = mdl_pli_alloc(s, a, err);
+    return rc;
 }
 
 static void layer_forward(mdl_step *s, int32_t L)
@@ -263,9 +269,20 @@ static void layer_forward(mdl_step *s, int32_t L)
     if (ly->post_mix_norm) mdl_norm_rows(s, s->h, s->h, ly->post_mix_norm, H);
     kn_add(s->x, s->h, T * H);
     mdl_norm_rows(s, s->h, s->x, ly->pre_ffn_norm, H);
-    mdl_mlp_forward(s);
+    switch (ly->p->ffn) {
+    case MDL_FFN_DENSE:
+        mdl_mlp_forward(s);
+        break;
+    case MDL_FFN_MOE:
+        mdl_moe_forward(s);
+        break;
+    }
     if (ly->post_ffn_norm) mdl_norm_rows(s, s->h, s->h, ly->post_ffn_norm, H);
     kn_add(s->x, s->h, T * H);
+    if (ly->p->pli) mdl_pli_forward(s);
+    if (ly->scalar != 1.0f) /* Gemma 4: the whole residual, last step of the layer */
+        for (int64_t i = 0; i < T * H; i++)
+            s->x[i] *= ly->scalar;
 }
 
 /* Embedding rows (scaled when the family says) and each rope's cos/sin. */
@@ -322,6 +339,7 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
                 memset(kv_pool_block_data_mut(kv, seqs[i].state, &n), 0, kv_pool_state_bytes(kv));
                 (void)n;
             }
+    mdl_pli_inputs(&s);
     for (int32_t L = 0; L < p->n_layers; L++)
         layer_forward(&s, L);
     /* final norm on the rows that need logits, gathered densely into h */
@@ -338,7 +356,8 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
         for (int64_t i = 0; i < n_out * p->vocab; i++)
             logits[i] = c * tanhf(logits[i] / c);
     }
-    if (cx->hidden_out) /* the same per-row norm as above: a row's bits do not depend on the batch */
+    if (cx->hidden_out) /* the same per-row norm as above: a row's bits do not depend on the batch
+                         */
         for (int64_t r = 0; r < s.T; r++)
             kn_rmsnorm(cx->hidden_out + r * H, s.x + r * H, m->final_norm, H, eps, 0.0f);
     return KILN_OK;

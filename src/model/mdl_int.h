@@ -41,6 +41,26 @@ typedef struct {
     float *b_gate, *b_up, *b_down; /* OWNED or NULL */
 } mdl_mlp;
 
+/* Routed experts (mdl_moe.c): a router, E expert MLPs, and (Gemma 4) the
+ * norms of the dense branch that runs beside them (its MLP is mdl_layer.mlp). */
+typedef struct {
+    kn_mat router;            /* [E, H] */
+    float *router_scale;      /* OWNED [H] or NULL: router.scale x hidden^-1/2 (ON_RESIDUAL) */
+    float *expert_scale;      /* OWNED [E] or NULL: router.per_expert_scale */
+    kn_mat *gate, *up, *down; /* OWNED arrays [E] of views into the expert tensors:
+                                 [Fe, H], [Fe, H], [H, Fe] (the kn_mats borrow the mmap) */
+    float *pre_norm_2;        /* OWNED [H]: before the experts (dense_branch) */
+    float *post_norm_1;       /* OWNED [H]: on the dense MLP's output (dense_branch) */
+    float *post_norm_2;       /* OWNED [H]: on the experts' sum (dense_branch) */
+} mdl_moe;
+
+/* Per-layer input gate (mdl_pli.c, Gemma 4 e2b/e4b). */
+typedef struct {
+    kn_mat gate;      /* [P, H] per_layer_input_gate */
+    kn_mat proj;      /* [H, P] per_layer_projection */
+    float *post_norm; /* OWNED [H] post_per_layer_input_norm */
+} mdl_pli;
+
 typedef struct {
     const mdl_layer_plan *p; /* BORROWED from mdl_model.plan */
     float *in_norm;          /* OWNED [H]: before the mixer */
@@ -49,7 +69,10 @@ typedef struct {
     float *post_ffn_norm;    /* OWNED [H] or NULL: on its output (Gemma) */
     mdl_attn attn;
     mdl_delta delta;
-    mdl_mlp mlp;
+    mdl_mlp mlp;  /* the dense MLP (MoE layers: the dense branch, if any) */
+    mdl_moe moe;  /* ffn == MDL_FFN_MOE */
+    mdl_pli pli;  /* p->pli */
+    float scalar; /* layer_scalar (1 when the layer has none) */
 } mdl_layer;
 
 typedef struct {
@@ -69,6 +92,9 @@ struct mdl_model {
     float *final_norm;            /* OWNED [hidden] */
     mdl_layer *layers;            /* OWNED [n_layers] */
     mdl_rope rope[MDL_MAX_ROPES]; /* plan.n_ropes of them */
+    kn_mat pli_embed;             /* [pli_vocab, L*P] embed_tokens_per_layer (plan.pli_dim > 0) */
+    kn_mat pli_proj;              /* [L*P, H] per_layer_model_projection */
+    float *pli_norm;              /* OWNED [P] per_layer_projection_norm */
     uint64_t fingerprint;
     mdl_info info;
 };
@@ -82,6 +108,15 @@ kiln_code mdl_load_mat(mdl_model *m, const char *path, int64_t rows, int64_t col
  * the model). Absent and optional: *out = NULL. */
 kiln_code mdl_load_vec(mdl_model *m, const char *name, int64_t n, int optional, float add,
                        float **out, kiln_err *err);
+/* Views of E experts' matrices inside one 3-D tensor: rows [r0, r0 + rows) of
+ * each expert's [R, cols] slice of `name` ([E, R, cols]: a float tensor, or
+ * MLX-affine `path.weight` U32 + `.scales`/`.biases` [E, R, cols/group] when
+ * `path` is quantized). path is the module; name the float tensor's full name
+ * (HF's fused experts have no ".weight"). out[E] borrow the mmap. */
+kiln_code mdl_load_experts(mdl_model *m, const char *path, const char *name, int64_t E, int64_t R,
+                           int64_t r0, int64_t rows, int64_t cols, kn_mat *out, kiln_err *err);
+/* 1 when tensor `name` exists. */
+int mdl_has_tensor(const mdl_model *m, const char *name);
 
 /* ---------------------------------------------------------------- mdl_rope.c */
 kiln_code mdl_rope_init(const mdl_rope_spec *spec, mdl_rope *out, kiln_err *err);
@@ -112,6 +147,9 @@ struct mdl_step {
     int64_t attn_scratch;       /* floats per thread */
     int32_t *tok_seq, *tok_pos; /* [T] */
     void *aa;                   /* kn_attn_args [n_seqs] (mdl_attn.c) */
+    void *moe;                  /* MoE scratch (mdl_moe.c); NULL without MoE layers */
+    float *pli;                 /* [T, L*P] per-layer inputs (mdl_pli.c); NULL without */
+    float *pli_tmp;             /* [n_threads, L*P] */
     const float *norm_w;        /* the weight norm_rows applies */
     int64_t grain;              /* pool grain over tokens */
     int any_lora;               /* some sequence carries a non-empty mdl_lora_set */
@@ -145,5 +183,22 @@ void mdl_delta_free(mdl_delta *d);
 void mdl_mlp_forward(mdl_step *s);
 kiln_code mdl_mlp_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
 void mdl_mlp_free(mdl_mlp *f);
+/* mdl_moe.c: the same contract; also reads s->x (the residual: router and
+ * expert inputs of Gemma 4). prefix is the layer's ("model.layers.3"). */
+size_t mdl_moe_scratch_bytes(const mdl_plan *p, int64_t T);
+kiln_code mdl_moe_alloc(mdl_step *s, arena *a, kiln_err *err);
+void mdl_moe_forward(mdl_step *s);
+kiln_code mdl_moe_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
+void mdl_moe_free(mdl_moe *e);
+/* mdl_pli.c: per-layer inputs. mdl_pli_inputs fills s->pli from the step's
+ * token ids and scaled embeddings (s->x) once per step; mdl_pli_forward adds
+ * layer s->layer's gate to the residual s->x. */
+size_t mdl_pli_scratch_bytes(const mdl_plan *p, int n_threads, int64_t T);
+kiln_code mdl_pli_alloc(mdl_step *s, arena *a, kiln_err *err);
+void mdl_pli_inputs(mdl_step *s);
+void mdl_pli_forward(mdl_step *s);
+kiln_code mdl_pli_load_model(mdl_model *m, kiln_err *err);
+kiln_code mdl_pli_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
+void mdl_pli_free(mdl_pli *g);
 
 #endif

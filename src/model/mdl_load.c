@@ -74,11 +74,22 @@ static kiln_code load_layer(mdl_model *m, int32_t L, kiln_err *err)
     char p[200], n[240];
     kiln_code rc;
     ly->p = &m->plan.layer[L];
+    ly->scalar = 1.0f;
     snprintf(p, sizeof p, "%slayers.%d", m->prefix, (int)L);
     snprintf(n, sizeof n, "%s.input_layernorm.weight", p);
     if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->in_norm, err))) return rc;
+    /* Llama's post_attention_layernorm is the pre-FFN norm; Gemma's sandwich
+     * norms name it pre_feedforward_layernorm and norm the mixer's output */
     snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", p);
-    if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->pre_ffn_norm, err))) return rc;
+    if ((rc = mdl_load_vec(m, n, H, 0, add,
+                           m->plan.sandwich_norms ? &ly->post_mix_norm : &ly->pre_ffn_norm, err)))
+        return rc;
+    if (m->plan.sandwich_norms) {
+        snprintf(n, sizeof n, "%s.pre_feedforward_layernorm.weight", p);
+        if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->pre_ffn_norm, err))) return rc;
+        snprintf(n, sizeof n, "%s.post_feedforward_layernorm.weight", p);
+        if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->post_ffn_norm, err))) return rc;
+    }
     if (ly->p->mixer == MDL_MIX_DELTANET) {
         snprintf(n, sizeof n, "%s.linear_attn", p);
         if ((rc = mdl_delta_load(m, L, n, err))) return rc;
@@ -86,8 +97,41 @@ static kiln_code load_layer(mdl_model *m, int32_t L, kiln_err *err)
         snprintf(n, sizeof n, "%s.self_attn", p);
         if ((rc = mdl_attn_load(m, L, n, err))) return rc;
     }
-    snprintf(n, sizeof n, "%s.mlp", p);
-    return mdl_mlp_load(m, L, n, err);
+    if (ly->p->ffn == MDL_FFN_MOE) {
+        if ((rc = mdl_moe_load(m, L, p, err))) return rc;
+    } else {
+        snprintf(n, sizeof n, "%s.mlp", p);
+        if ((rc = mdl_mlp_load(m, L, n, err))) return rc;
+    }
+    if (ly->p->pli && (rc = mdl_pli_load(m, L, p, err))) return rc;
+    if (ly->p->layer_scalar) { /* a [1] buffer; absent means 1 */
+        float *v = NULL;
+        snprintf(n, sizeof n, "%s.layer_scalar", p);
+        if ((rc = mdl_load_vec(m, n, 1, 1, 0.0f, &v, err))) return rc;
+        if (v) ly->scalar = v[0];
+        free(v);
+    }
+    return KILN_OK;
+}
+
+/* Multimodal checkpoints: the towers' tensors are left unmapped-in-use
+ * (never read); say so once. */
+static void note_skipped(const mdl_model *m)
+{
+    int n = 0;
+    uint64_t bytes = 0;
+    size_t pl = strlen(m->prefix);
+    for (int i = 0; i < wt_set_count(m->ws); i++) {
+        const wt_tensor *t = wt_set_at(m->ws, i);
+        if (strncmp(t->name, m->prefix, pl) == 0 || strstr(t->name, "lm_head")) continue;
+        n++;
+        bytes += t->nbytes;
+    }
+    if (n > 0 || m->cfg.gemma.n_towers_skipped > 0)
+        KLOG_INFO("model",
+                  "arch=%s text path only: %d tensors outside the language model skipped "
+                  "(vision/audio towers, %.1f MiB)",
+                  m->cfg.architecture, n, (double)bytes / (1024.0 * 1024.0));
 }
 
 static void add_mat_info(mdl_info *in, const kn_mat *w)
@@ -137,7 +181,7 @@ size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
         if (o < n) o += (size_t)snprintf(buf + o, n - o, __VA_ARGS__);                             \
     } while (0)
     mat_desc(&m->embed, d, sizeof d);
-    EMIT("  %-24s %s\n", "embed_tokens", d);
+    EMIT("  %-26s %s\n", "embed_tokens", d);
     for (int g = 0; g < N_MAT_GROUPS; g++) {
         int64_t first = -1, differ = 0, have = 0;
         for (int64_t L = 0; L < m->cfg.n_layers; L++) {
@@ -154,20 +198,39 @@ size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n)
         }
         if (first < 0) continue; /* no layer of this kind */
         if (differ)
-            EMIT("  %-24s %s in layer %lld; %lld of %lld layers differ\n", names[g], d,
+            EMIT("  %-26s %s in layer %lld; %lld of %lld layers differ\n", names[g], d,
                  (long long)first, (long long)differ, (long long)have);
         else if (have < m->cfg.n_layers)
-            EMIT("  %-24s %s (%lld layers)\n", names[g], d, (long long)have);
+            EMIT("  %-26s %s (%lld layers)\n", names[g], d, (long long)have);
         else
-            EMIT("  %-24s %s\n", names[g], d);
+            EMIT("  %-26s %s\n", names[g], d);
+    }
+    for (int64_t L = 0; L < m->plan.n_layers; L++) {
+        const mdl_layer *ly = &m->layers[L];
+        if (ly->p->ffn != MDL_FFN_MOE) continue;
+        mat_desc(&ly->moe.router, d, sizeof d);
+        EMIT("  %-26s %s\n", "router.proj", d);
+        mat_desc(&ly->moe.gate[0], d, sizeof d);
+        EMIT("  %-26s %s (x %d experts)\n", "experts gate/up", d, (int)ly->p->moe.n_experts);
+        mat_desc(&ly->moe.down[0], d, sizeof d);
+        EMIT("  %-26s %s\n", "experts down", d);
+        break;
+    }
+    if (m->plan.pli_dim > 0) {
+        mat_desc(&m->pli_embed, d, sizeof d);
+        EMIT("  %-26s %s\n", "embed_tokens_per_layer", d);
+        mat_desc(&m->pli_proj, d, sizeof d);
+        EMIT("  %-26s %s\n", "per_layer_model_projection", d);
+        mat_desc(&m->layers[0].pli.gate, d, sizeof d);
+        EMIT("  %-26s %s\n", "per_layer_input_gate", d);
     }
     if (m->cfg.tie_word_embeddings)
-        EMIT("  %-24s tied to embed_tokens\n", "lm_head");
+        EMIT("  %-26s tied to embed_tokens\n", "lm_head");
     else {
         mat_desc(&m->lm_head, d, sizeof d);
-        EMIT("  %-24s %s\n", "lm_head", d);
+        EMIT("  %-26s %s\n", "lm_head", d);
     }
-    EMIT("  %-24s f32 (converted at load)\n", "norms, biases");
+    EMIT("  %-26s f32 (converted at load)\n", "norms, biases");
 #undef EMIT
     if (o >= n && n > 0) o = n - 1;
     return o;
@@ -188,6 +251,25 @@ static void describe(mdl_model *m)
             add_mat_info(in, w);
             if (!e) e = w;
         }
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        const mdl_layer *ly = &m->layers[L];
+        if (ly->p->ffn == MDL_FFN_MOE) {
+            add_mat_info(in, &ly->moe.router);
+            for (int32_t e = 0; e < ly->p->moe.n_experts; e++) {
+                add_mat_info(in, &ly->moe.gate[e]);
+                add_mat_info(in, &ly->moe.up[e]);
+                add_mat_info(in, &ly->moe.down[e]);
+            }
+        }
+        if (ly->p->pli) {
+            add_mat_info(in, &ly->pli.gate);
+            add_mat_info(in, &ly->pli.proj);
+        }
+    }
+    if (m->plan.pli_dim > 0) {
+        add_mat_info(in, &m->pli_embed);
+        add_mat_info(in, &m->pli_proj);
+    }
     if (!e) e = &m->embed;
     for (int32_t L = 0; L < m->plan.n_layers; L++) {
         if (mdl_plan_stores_kv(&m->plan, L)) {
@@ -269,8 +351,10 @@ kiln_code mdl_load(const char *dir, mdl_model **out, kiln_err *err)
     snprintf(name, sizeof name, "%snorm.weight", m->prefix);
     if ((rc = mdl_load_vec(m, name, c->hidden, 0, m->plan.norm_add, &m->final_norm, err)))
         goto fail;
+    if ((rc = mdl_pli_load_model(m, err))) goto fail;
     for (int32_t L = 0; L < m->plan.n_layers; L++)
         if ((rc = load_layer(m, L, err))) goto fail;
+    note_skipped(m);
     for (int32_t r = 0; r < m->plan.n_ropes; r++)
         if ((rc = mdl_rope_init(&m->plan.rope[r], &m->rope[r], err))) goto fail;
     describe(m);
@@ -295,10 +379,13 @@ void mdl_free(mdl_model *m)
             mdl_attn_free(&ly->attn);
             mdl_delta_free(&ly->delta);
             mdl_mlp_free(&ly->mlp);
+            mdl_moe_free(&ly->moe);
+            mdl_pli_free(&ly->pli);
         }
         free(m->layers);
     }
     free(m->final_norm);
+    free(m->pli_norm);
     for (int r = 0; r < MDL_MAX_ROPES; r++)
         mdl_rope_free(&m->rope[r]);
     mdl_plan_free(&m->plan);

@@ -211,6 +211,10 @@ static kiln_code take_module(mdl_lora *a, mdl_lora_format fmt, int32_t L, int tg
                          "adapter tensor '%s': layer %d is a recurrent (linear-attention) layer, "
                          "which has no %s",
                          ta->name, (int)L, TARGET_NAME[tg]);
+    if (tg == MDL_LT_V && a->m->plan.layer[L].k_eq_v)
+        return kiln_fail(err, KILN_E_UNSUPPORTED,
+                         "adapter tensor '%s': layer %d takes V from k_proj and has no v_proj",
+                         ta->name, (int)L);
     if ((tg == MDL_LT_K || tg == MDL_LT_V) && a->m->plan.layer[L].kv_src != L)
         return kiln_fail(err, KILN_E_UNSUPPORTED,
                          "adapter tensor '%s': layer %d reads another layer's K/V and has no %s",

@@ -25,6 +25,7 @@
 #include "model/mdl_plan.h"
 #include "util/kiln_err.h"
 #include "weights/wt_config.h"
+#include "weights/wt_set.h"
 
 typedef struct mdl_model mdl_model;
 typedef struct mdl_ctx mdl_ctx;
@@ -78,6 +79,20 @@ mdl_info mdl_get_info(const mdl_model *m);
 size_t mdl_describe_groups(const mdl_model *m, char *buf, size_t n);
 /* The model's per-layer plan (lives as long as the model). */
 const mdl_plan *mdl_get_plan(const mdl_model *m);
+/* Parameters of a plan: in total, run per token (a MoE layer's top_k experts,
+ * every gathered table), and streamed per decoded token (active less the
+ * embedding tables a token only gathers a row of; a tied head streams). */
+typedef struct {
+    uint64_t total, active, decode;
+} mdl_params;
+void mdl_plan_params(const mdl_plan *p, int tied, mdl_params *out);
+/* Bytes of the tensors the language model reads (towers of multimodal
+ * checkpoints and unused tensors of KV-shared layers left out): what the
+ * mapped weights cost in memory. Falls back to every tensor without a plan. */
+uint64_t mdl_weights_used_bytes(const wt_config *c, const wt_set *ws);
+/* The plan as lines for `kiln info` (layer kinds and windows, KV sharing,
+ * experts, per-layer inputs, parameters per token); the length written. */
+size_t mdl_describe_plan(const mdl_model *m, char *buf, size_t n);
 /* A 64-bit identity of the model (config + tensor headers) for cache namespaces. */
 uint64_t mdl_fingerprint(const mdl_model *m);
 

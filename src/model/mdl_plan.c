@@ -10,10 +10,12 @@
  * attention (q/k norms, partial RoPE, sigmoid output gate), the others gated
  * DeltaNet (docs/hybrid.md); SwiGLU MLPs; `1 + w` norms in HF-layout files
  * (the loader decides: mdl_load.c, never the config).
+ * Gemma 3 / Gemma 4: mdl_plan_gemma.c (mdl_family.h).
  * A new family adds a rule here (its layer kinds), tensors in its loader, and
  * nothing in the step: the step runs kinds, not families.
  */
 #include "model/mdl_plan.h"
+#include "model/mdl_family.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -44,10 +46,16 @@ static void plan_maxima(mdl_plan *p)
         if (q > p->max_q) p->max_q = q;
         if (kv > p->max_kv) p->max_kv = kv;
         if (l->ffn_dim > p->max_ffn) p->max_ffn = l->ffn_dim;
+        if (l->ffn == MDL_FFN_MOE) {
+            if (l->moe.ffn_dim > p->max_ffn) p->max_ffn = l->moe.ffn_dim;
+            if (l->moe.n_experts > p->max_experts) p->max_experts = l->moe.n_experts;
+            if (l->moe.top_k > p->max_top_k) p->max_top_k = l->moe.top_k;
+        }
         if (l->n_heads > p->max_heads) p->max_heads = l->n_heads;
         if (l->n_kv_heads > p->max_kv_heads) p->max_kv_heads = l->n_kv_heads;
         if (l->head_dim > p->max_head_dim) p->max_head_dim = l->head_dim;
     }
+    if (p->pli_dim > p->max_ffn) p->max_ffn = p->pli_dim; /* the gate's [T, P] rows use s->g */
     p->rope_floats = 0;
     for (int32_t r = 0; r < p->n_ropes; r++)
         p->rope_floats += p->rope[r].rot;
@@ -151,6 +159,14 @@ kiln_code mdl_plan_build(const wt_config *c, mdl_plan *p, kiln_err *err)
     case WT_ARCH_QWEN3_5:
         rc = plan_qwen35(c, p, err);
         break;
+    case WT_ARCH_GEMMA3:
+    case WT_ARCH_GEMMA3_MM:
+        rc = mdl_plan_gemma3(c, p, err);
+        break;
+    case WT_ARCH_GEMMA4:
+    case WT_ARCH_GEMMA4_TEXT:
+        rc = mdl_plan_gemma4(c, p, err);
+        break;
     default:
         rc = kiln_fail(err, KILN_E_UNSUPPORTED, "architecture '%s' has no layer plan",
                        c->architecture);
@@ -206,6 +222,22 @@ kiln_code mdl_kv_layout(const mdl_plan *p, int keep_all, kv_layout *out, kiln_er
         return kiln_fail(err, KILN_E_UNSUPPORTED, "no layer stores K/V or recurrent state");
     if (keep_all) kv_layout_keep_all(out);
     return KILN_OK;
+}
+
+int32_t mdl_plan_count_shared(const mdl_plan *p)
+{
+    int32_t n = 0;
+    for (int32_t L = 0; L < p->n_layers; L++)
+        n += p->layer[L].mixer == MDL_MIX_ATTN && p->layer[L].kv_src != L;
+    return n;
+}
+
+int32_t mdl_plan_count_moe(const mdl_plan *p)
+{
+    int32_t n = 0;
+    for (int32_t L = 0; L < p->n_layers; L++)
+        n += p->layer[L].ffn == MDL_FFN_MOE;
+    return n;
 }
 
 void mdl_plan_free(mdl_plan *p)

@@ -36,7 +36,27 @@ typedef enum {
 
 typedef enum {
     MDL_FFN_DENSE = 0, /* down(act(gate(x)) * up(x)) */
+    MDL_FFN_MOE,       /* routed experts (mdl_moe.c), optionally beside a dense MLP */
 } mdl_ffn_kind;
+
+/* What a router reads. */
+typedef enum {
+    MDL_ROUTER_ON_INPUT = 0, /* the FFN block's normed input (Qwen3-MoE style) */
+    MDL_ROUTER_ON_RESIDUAL,  /* RMSNorm(x) without weight x router.scale x hidden^-1/2, x the
+                                residual (Gemma 4) */
+} mdl_router_input;
+
+/* A mixture-of-experts feed-forward block (ffn == MDL_FFN_MOE). */
+typedef struct {
+    int32_t n_experts, top_k;
+    int64_t ffn_dim; /* each expert's intermediate width */
+    mdl_router_input input;
+    bool renorm;           /* weights = softmax over the k chosen logits; else softmax over
+                              all experts, taken at the chosen ones */
+    bool per_expert_scale; /* router.per_expert_scale[e] multiplies expert e's weight */
+    bool dense_branch;     /* a dense MLP (width ffn_dim of the layer) runs beside the
+                              experts, each branch with its own norms (Gemma 4) */
+} mdl_moe_plan;
 
 typedef enum { MDL_ACT_SILU = 0, MDL_ACT_GELU_TANH } mdl_act;
 
@@ -60,15 +80,22 @@ typedef struct {
     float attn_scale;   /* score multiplier (head_dim^-0.5 unless the family says) */
     float attn_softcap; /* 0 = none; scores = c * tanh(scores / c) */
     bool qk_norm;       /* per-head RMSNorm of q and k with weights */
+    bool v_norm;        /* per-head RMSNorm of v without weight (Gemma 4) */
+    bool k_eq_v;        /* no v_proj: V is the raw K projection (before k_norm and RoPE);
+                           K and V are still stored apart (they differ after their norms) */
     bool q_bias, k_bias, v_bias, o_bias;
     bool attn_gate; /* q_proj emits [query, gate] per head; out = attn * sigmoid(gate) */
     /* gated DeltaNet (MDL_MIX_DELTANET): key/value heads and dims, conv kernel */
     int32_t lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_k;
     /* feed-forward */
     mdl_ffn_kind ffn;
-    int64_t ffn_dim; /* intermediate width of this layer */
+    int64_t ffn_dim; /* intermediate width of this layer's dense MLP */
     mdl_act act;
     bool mlp_bias;
+    mdl_moe_plan moe; /* ffn == MDL_FFN_MOE */
+    /* after the feed-forward block */
+    bool pli;          /* per-layer input gate (mdl_pli.c; width mdl_plan.pli_dim) */
+    bool layer_scalar; /* the residual is multiplied by layers.L.layer_scalar when present */
 } mdl_layer_plan;
 
 typedef struct {
@@ -80,9 +107,14 @@ typedef struct {
     float embed_scale;   /* embeddings are multiplied by it (Gemma: sqrt(hidden)) */
     float logit_softcap; /* 0 = none; logits = c * tanh(logits / c) */
     float norm_add;      /* added to stored RMSNorm weights at load (1 for `1 + w` norms) */
+    bool sandwich_norms; /* Gemma: post_attention_layernorm after the mixer, pre/post_feedforward
+                            norms around the FFN (Llama's post_attention_layernorm is pre-FFN) */
+    int64_t pli_dim, pli_vocab; /* per-layer inputs (Gemma 4 e2b/e4b): width per layer and rows
+                                   of embed_tokens_per_layer; 0 = none */
     /* maxima over layers (scratch sizing) */
     int64_t max_q, max_kv, max_ffn; /* floats per token: n_heads*head_dim, n_kv*head_dim, ffn */
     int32_t max_heads, max_kv_heads, max_head_dim;
+    int32_t max_experts, max_top_k; /* over MoE layers (0: none) */
     int64_t rope_floats; /* Σ over ropes of rot: cos/sin floats per token */
     int64_t max_mix;     /* floats per token of mixer scratch (gated q_proj output,
                             DeltaNet projections); 0 when no layer needs it */
@@ -90,6 +122,9 @@ typedef struct {
 } mdl_plan;
 
 /* API */
+/* Layers that are KV-shared (read a donor's K/V), MoE layers. */
+int32_t mdl_plan_count_shared(const mdl_plan *p);
+int32_t mdl_plan_count_moe(const mdl_plan *p);
 /* The plan of cfg's family. *p is filled (its layer array OWNED: mdl_plan_free). */
 kiln_code mdl_plan_build(const wt_config *cfg, mdl_plan *p, kiln_err *err);
 void mdl_plan_free(mdl_plan *p);

@@ -1,9 +1,8 @@
 /*
  * mdl_rope.c — rotary embedding frequencies of one mdl_rope_spec, with the
  * rope_scaling variants of HF transformers' modeling_rope_utils: linear,
- * llama3, yarn, dynamic (NTK). A model has one per distinct parameter set
- * (mdl_plan.rope). Frequencies are computed in double; cos/sin are rounded
- * to f32 once.
+ * llama3, yarn, dynamic (NTK), and Gemma 4's proportional. A model has one per distinct parameter
+ * set (mdl_plan.rope). Frequencies are computed in double; cos/sin are rounded to f32 once.
  */
 #include "model/mdl_int.h"
 
@@ -90,6 +89,15 @@ kiln_code mdl_rope_init(const mdl_rope_spec *c, mdl_rope *out, kiln_err *err)
     case WT_ROPE_YARN:
         yarn_freqs(c, rot, out->inv_freq, &out->attn_factor);
         break;
+    case WT_ROPE_PROPORTIONAL: {
+        /* Gemma 4 full layers (HF _compute_proportional_rope_parameters): the
+         * first r pairs rotate with the exponent over the whole head, the rest
+         * keep angle 0 (cos 1, sin 0: an exact identity) */
+        int32_t r = (int32_t)floor(c->scaling.partial_rotary_factor * (double)rot / 2.0);
+        for (int32_t i = 0; i < rot / 2; i++)
+            out->inv_freq[i] = i < r ? out->inv_freq[i] / c->scaling.factor : 0.0;
+        break;
+    }
     case WT_ROPE_NONE:
     case WT_ROPE_DYNAMIC:
         break; /* dynamic: per sequence length, in mdl_rope_cos_sin */

@@ -140,3 +140,87 @@ kiln_code mdl_load_vec(mdl_model *m, const char *name, int64_t n, int optional, 
     *out = v;
     return KILN_OK;
 }
+
+int mdl_has_tensor(const mdl_model *m, const char *name)
+{
+    return wt_set_find(m->ws, name) != NULL;
+}
+
+static kiln_code shape3_err(const wt_tensor *t, int64_t a, int64_t b, int64_t c, kiln_err *err)
+{
+    char got[96] = "";
+    for (int i = 0, o = 0; i < t->ndim && o < (int)sizeof got - 24; i++)
+        o += snprintf(got + o, sizeof got - (size_t)o, i ? ", %" PRId64 : "%" PRId64, t->shape[i]);
+    return kiln_fail(err, KILN_E_CORRUPT,
+                     "tensor '%s' has shape [%s], the config needs [%" PRId64 ", %" PRId64
+                     ", %" PRId64 "]",
+                     t->name, got, a, b, c);
+}
+
+static int is3(const wt_tensor *t, int64_t a, int64_t b, int64_t c)
+{
+    return t->ndim == 3 && t->shape[0] == a && t->shape[1] == b && t->shape[2] == c;
+}
+
+kiln_code mdl_load_experts(mdl_model *m, const char *path, const char *name, int64_t E, int64_t R,
+                           int64_t r0, int64_t rows, int64_t cols, kn_mat *out, kiln_err *err)
+{
+    char n[320];
+    snprintf(n, sizeof n, "%s.scales", path);
+    const wt_tensor *s = wt_set_find(m->ws, n);
+    wt_qspec q = wt_config_quant_for(&m->cfg, path, s != NULL);
+    const wt_tensor *w = wt_set_find(m->ws, name);
+    if (!w) return kiln_fail(err, KILN_E_NOT_FOUND, "missing tensor '%s'", name);
+    kn_mat base = {.rows = rows, .cols = cols};
+    size_t row_bytes, srow_bytes = 0;
+    if (q.mode == WT_QMODE_NONE) {
+        kiln_code rc = fmt_of(w, &base.fmt, err);
+        if (rc) return rc;
+        if (!is3(w, E, R, cols)) return shape3_err(w, E, R, cols, err);
+        row_bytes = (size_t)cols * wt_dtype_size(w->dtype);
+    } else {
+        if (q.mode != WT_QMODE_AFFINE)
+            return kiln_fail(err, KILN_E_UNSUPPORTED,
+                             "module '%s': only MLX affine quantization is supported", path);
+        snprintf(n, sizeof n, "%s.biases", path);
+        const wt_tensor *b = wt_set_find(m->ws, n);
+        if (!s || !b)
+            return kiln_fail(err, KILN_E_NOT_FOUND, "module '%s' is quantized but has no %s", path,
+                             s ? "biases" : "scales");
+        if (w->dtype != WT_U32)
+            return kiln_fail(err, KILN_E_CORRUPT,
+                             "tensor '%s': quantized weight must be U32, is %s", name,
+                             wt_dtype_name(w->dtype));
+        if (cols % q.group_size != 0 || (cols * q.bits) % 32 != 0)
+            return kiln_fail(err, KILN_E_UNSUPPORTED,
+                             "module '%s': %" PRId64 " columns do not split into groups of %d",
+                             path, cols, q.group_size);
+        if (!is3(w, E, R, cols * q.bits / 32)) return shape3_err(w, E, R, cols * q.bits / 32, err);
+        if (!is3(s, E, R, cols / q.group_size))
+            return shape3_err(s, E, R, cols / q.group_size, err);
+        if (!is3(b, E, R, cols / q.group_size))
+            return shape3_err(b, E, R, cols / q.group_size, err);
+        if (s->dtype != b->dtype)
+            return kiln_fail(err, KILN_E_CORRUPT, "module '%s': scales are %s but biases %s", path,
+                             wt_dtype_name(s->dtype), wt_dtype_name(b->dtype));
+        kiln_code rc = fmt_of(s, &base.sfmt, err);
+        if (rc) return rc;
+        base.fmt = KN_QAFFINE;
+        base.bits = q.bits;
+        base.group = q.group_size;
+        row_bytes = (size_t)(cols * q.bits / 32) * 4;
+        srow_bytes = (size_t)(cols / q.group_size) * wt_dtype_size(s->dtype);
+        base.scales = s->data;
+        base.biases = b->data;
+    }
+    for (int64_t e = 0; e < E; e++) {
+        size_t row = (size_t)(e * R + r0); /* first row of expert e's slice */
+        out[e] = base;
+        out[e].w = (const uint8_t *)w->data + row * row_bytes;
+        if (base.fmt == KN_QAFFINE) {
+            out[e].scales = (const uint8_t *)base.scales + row * srow_bytes;
+            out[e].biases = (const uint8_t *)base.biases + row * srow_bytes;
+        }
+    }
+    return KILN_OK;
+}

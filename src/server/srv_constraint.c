@@ -166,6 +166,9 @@ char *srv_tool_prefill(srv_tc_family f, const srv_request *r, const tok_tokenize
         rc = named ? dupf(&out, "<start_function_call>call:%s{", nm)
                    : dupf(&out, "<start_function_call>call:");
         break;
+    case SRV_TC_GEMMA4:
+        rc = named ? dupf(&out, "<|tool_call>call:%s{", nm) : dupf(&out, "<|tool_call>call:");
+        break;
     default:
         break;
     }
@@ -580,8 +583,10 @@ static gr_expr think_wrap(cb *c, gr_expr body, int32_t *trig, int32_t *n_trig)
 {
     gr_builder *b = c->b;
     const tok_tokenizer *tok = c->cx->tok;
-    static const char *const close[] = {"</think>"};
-    int32_t cid = tok_piece_to_id(tok, "</think>", 8), oid = tok_piece_to_id(tok, "<think>", 7);
+    const srv_think_marks *m = srv_think_marks_of(c->cx->think_style);
+    const char *const close[] = {m->close};
+    int32_t cid = tok_piece_to_id(tok, m->close, strlen(m->close)),
+            oid = tok_piece_to_id(tok, m->open, strlen(m->open));
     bool close_special = cid >= 0 && tok_is_special(tok, cid),
          open_special = oid >= 0 && tok_is_special(tok, oid);
     if (c->cx->think_open) {
@@ -589,11 +594,11 @@ static gr_expr think_wrap(cb *c, gr_expr body, int32_t *trig, int32_t *n_trig)
             trig[(*n_trig)++] = cid;
             return body;
         }
-        gr_expr x[] = {gr_text_without(b, close, 1), gr_str(b, "</think>"), body};
+        gr_expr x[] = {gr_text_without(b, close, 1), gr_str(b, m->close), body};
         return gr_seq(b, x, 3);
     }
     if (c->cx->think_maybe && !open_special && !close_special) {
-        gr_expr blk[] = {gr_str(b, "<think>"), gr_text_without(b, close, 1), gr_str(b, "</think>")};
+        gr_expr blk[] = {gr_str(b, m->open), gr_text_without(b, close, 1), gr_str(b, m->close)};
         return gr_seq2(b, gr_rep(b, gr_seq(b, blk, 3), 0, 1), body);
     }
     return body;

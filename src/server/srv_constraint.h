@@ -8,8 +8,9 @@
  *   - tool calls: tool_choice required / named: the whole call in the
  *     model's own syntax (Hermes/Qwen JSON, Qwen3-Coder XML, Llama 3 JSON,
  *     Mistral [TOOL_CALLS]) with the arguments under the tool's `parameters`
- *     schema; auto: free text, but a call, once its marker appears, follows
- *     the same syntax.
+ *     schema (FunctionGemma and Gemma 4: the forced opening only); auto:
+ *     free text, but a call, once its marker appears, follows the same
+ *     syntax.
  * With a reasoning model the output may (or, when the prompt opened one,
  * must) start with a think block; the constraint applies after it.
  *
@@ -30,16 +31,18 @@
 #include "grammar/gr.h"
 #include "server/srv_error.h"
 #include "server/srv_openai.h"
+#include "server/srv_reasoning.h"
 #include "server/srv_toolcall.h"
 
 #define SRV_MAX_TRIGGERS 4
 
 typedef struct {
-    srv_tc_family family;     /* tool-call syntax; SRV_TC_NONE: no tools */
-    bool think_open;          /* the prompt ends inside an open <think> block */
-    bool think_maybe;         /* the model may open a think block itself */
-    const tok_tokenizer *tok; /* BORROWED */
-    int32_t ws_max;           /* JSON whitespace between tokens (--grammar-ws) */
+    srv_tc_family family;        /* tool-call syntax; SRV_TC_NONE: no tools */
+    bool think_open;             /* the prompt ends inside an open think block */
+    bool think_maybe;            /* the model may open a think block itself */
+    srv_think_style think_style; /* its tags */
+    const tok_tokenizer *tok;    /* BORROWED */
+    int32_t ws_max;              /* JSON whitespace between tokens (--grammar-ws) */
 } srv_cctx;
 
 /* API */

@@ -62,6 +62,8 @@ struct srv_gen {
     gen_choice *c;          /* OWNED [r.n] */
     int n_done;
     bool started, finished, think;
+    srv_think_style think_style; /* its tags (when think) */
+    bool think_special;     /* the tags are special tokens: detokenize keeping them */
     srv_tc_family tc_family; /* SRV_TC_NONE: tool calls are not parsed */
     gr_grammar *grammar;    /* OWNED: what the output must be (srv_constraint.c); NULL = free */
     int32_t gtrig[SRV_MAX_TRIGGERS], n_gtrig; /* special tokens after which it starts */
@@ -139,7 +141,7 @@ static int setup_tools(srv_gen *g, srv_error *e)
 static int build_grammar(srv_gen *g, bool think_open, bool think_maybe, srv_error *e)
 {
     srv_cctx cx = {.family = g->tc_family, .think_open = think_open, .think_maybe = think_maybe,
-                   .tok = g->s->tok, .ws_max = g->s->cfg.grammar_ws};
+                   .think_style = g->think_style, .tok = g->s->tok, .ws_max = g->s->cfg.grammar_ws};
     return srv_constraint_build(&g->r, &cx, &g->grammar, g->gtrig, &g->n_gtrig, e);
 }
 
@@ -160,10 +162,17 @@ static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
         char *text = NULL;
         if (setup_tools(g, e)) return -1;
         rc = srv_chat_prompt(s->chat, s->tok, r, s->cfg.thinking, ids, n, &text, &err);
-        if (!rc && r->prefill && srv_think_prompt_open(text, strlen(text))) {
+        int style = rc ? -1 : srv_think_detect(s->tok, text);
+        if (style < 0) style = srv_think_detect(NULL, srv_chat_template_text(s->chat, r->tools != NULL));
+        g->think = style >= 0;
+        g->think_style = g->think ? (srv_think_style)style : SRV_THINK_TAGS;
+        g->think_special = g->think && srv_think_needs_special(g->think_style, s->tok);
+        if (!rc && r->prefill && g->think && srv_think_prompt_open_as(g->think_style, text, strlen(text))) {
             /* the template opened a think block: a forced call starts after closing it */
             char *pf = NULL;
-            if (dupf(&pf, "</think>\n\n%s", r->prefill) < 0) {
+            const char *close = g->think_style == SRV_THINK_TAGS ? "</think>\n\n"
+                                                                 : srv_think_marks_of(g->think_style)->close;
+            if (dupf(&pf, "%s%s", close, r->prefill) < 0) {
                 rc = kiln_fail(&err, KILN_E_NOMEM, "out of memory");
             } else {
                 free(r->prefill);
@@ -179,9 +188,8 @@ static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
             *e = srv_error_from(&err, "messages");
             return -1;
         }
-        g->think = tok_piece_to_id(s->tok, "<think>", 7) >= 0 || strstr(text, "<think>");
-        bool open = g->think && srv_think_prompt_open(text, strlen(text));
-        srv_think_init(&g->c[0].think, g->think, open);
+        bool open = g->think && srv_think_prompt_open_as(g->think_style, text, strlen(text));
+        srv_think_start(&g->c[0].think, g->think_style, g->think, text, strlen(text));
         for (int i = 1; i < r->n; i++) g->c[i].think = g->c[0].think;
         free(text);
         if (build_grammar(g, open, g->think && !open, e)) return -1;
@@ -269,7 +277,12 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
     for (int i = 0; i < r->n_stop; i++) p.stop[i] = r->stop[i];
     p.n_stop = r->n_stop;
     p.ignore_eos = r->ignore_eos;
-    p.skip_special = r->skip_special && !srv_tc_needs_special(g->tc_family);
+    p.skip_special = r->skip_special && !srv_tc_needs_special(g->tc_family) && !g->think_special;
+    int32_t tool_end = g->tc_family == SRV_TC_GEMMA4 ? tok_piece_to_id(s->tok, "<|tool_response>", 16) : -1;
+    if (tool_end >= 0) { /* Gemma 4 writes it after its calls: the turn is over */
+        p.stop_ids = &tool_end;
+        p.n_stop_ids = 1;
+    }
     p.want_logprobs = r->logprobs;
     if (srv_lora_resolve(&s->lora, s->model_id, r->model, r->has_adapters ? r->adapter_names : NULL,
                          r->adapter_scales, r->n_adapters, &p.lora, &g->meta.model, e))

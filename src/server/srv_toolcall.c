@@ -42,6 +42,7 @@ struct srv_tc {
 static const char *const FAMILY_NAMES[SRV_TC_COUNT] = {
     [SRV_TC_NONE] = "none",       [SRV_TC_HERMES] = "hermes", [SRV_TC_QWEN3_CODER] = "qwen3_coder",
     [SRV_TC_LLAMA3] = "llama3",   [SRV_TC_MISTRAL] = "mistral", [SRV_TC_GEMMA] = "gemma",
+    [SRV_TC_GEMMA4] = "gemma4",
 };
 
 #define M_TOOL_CALL "<tool_call>"
@@ -49,6 +50,9 @@ static const char *const FAMILY_NAMES[SRV_TC_COUNT] = {
 #define M_PYTHON "<|python_tag|>"
 #define M_MISTRAL "[TOOL_CALLS]"
 #define M_GEMMA "<start_function_call>"
+#define M_GEMMA4 "<|tool_call>"
+#define M_GEMMA4_END "<tool_call|>"
+#define M_GEMMA4_RESPONSE "<|tool_response>"
 
 /* Start markers of each family (NULL-terminated). */
 static const char *const *markers(srv_tc_family f)
@@ -57,6 +61,7 @@ static const char *const *markers(srv_tc_family f)
     static const char *const llama[] = {M_PYTHON, NULL};
     static const char *const mistral[] = {M_MISTRAL, NULL};
     static const char *const gemma[] = {M_GEMMA, NULL};
+    static const char *const gemma4[] = {M_GEMMA4, NULL};
     static const char *const none[] = {NULL};
     switch (f) {
     case SRV_TC_HERMES:
@@ -64,6 +69,7 @@ static const char *const *markers(srv_tc_family f)
     case SRV_TC_LLAMA3: return llama;
     case SRV_TC_MISTRAL: return mistral;
     case SRV_TC_GEMMA: return gemma;
+    case SRV_TC_GEMMA4: return gemma4;
     default: return none;
     }
 }
@@ -292,8 +298,14 @@ static int xml_call(srv_tc *p, const char *s, size_t n)
     return -1;
 }
 
-/* Gemma's value syntax → JSON: <escape>text<escape> is a string, {k:v,...}
- * an object, [v,...] an array, anything else a bare token (42, true). */
+/* Gemma's value syntax → JSON: <escape>text<escape> (Gemma 4: <|"|>text<|"|>)
+ * is a string, {k:v,...} an object, [v,...] an array, anything else a bare
+ * token (42, true, null). Strings are raw: no escapes inside. */
+static const char *gemma_quote(const srv_tc *p)
+{
+    return p->f == SRV_TC_GEMMA4 ? "<|\"|>" : "<escape>";
+}
+
 static json_t *gemma_value(srv_tc *p, const char *s, size_t n, size_t *i, const char *fn,
                            const char *type);
 
@@ -307,12 +319,22 @@ static json_t *gemma_object(srv_tc *p, const char *s, size_t n, size_t *i, const
             (*i)++;
             return o;
         }
-        size_t k0 = *i;
-        while (*i < n && s[*i] != ':' && s[*i] != '}') (*i)++;
-        if (*i >= n || s[*i] != ':' || *i == k0) break;
+        const char *q = gemma_quote(p);
+        size_t ql = strlen(q), k0 = *i, kl;
+        if (n - *i >= ql && !memcmp(s + *i, q, ql)) { /* a quoted key */
+            const char *e = find(s + *i + ql, n - *i - ql, q);
+            if (!e) break;
+            k0 = *i + ql;
+            kl = (size_t)(e - s) - k0;
+            *i = skip_space(s, n, (size_t)(e - s) + ql);
+        } else {
+            while (*i < n && s[*i] != ':' && s[*i] != '}') (*i)++;
+            kl = *i - k0;
+            while (kl && is_space(s[k0 + kl - 1])) kl--;
+        }
+        if (*i >= n || s[*i] != ':' || !kl) break;
         char key[256];
-        size_t kl = *i - k0;
-        if (kl >= sizeof key) break;
+        if (kl >= sizeof key || memchr(s + k0, 0, kl)) break;
         memcpy(key, s + k0, kl);
         key[kl] = 0;
         (*i)++;
@@ -329,14 +351,15 @@ static json_t *gemma_object(srv_tc *p, const char *s, size_t n, size_t *i, const
 static json_t *gemma_value(srv_tc *p, const char *s, size_t n, size_t *i, const char *fn,
                            const char *type)
 {
-    static const char ESC[] = "<escape>";
+    const char *q = gemma_quote(p);
+    size_t ql = strlen(q);
     *i = skip_space(s, n, *i);
     if (*i >= n) return NULL;
-    if (n - *i >= 8 && !memcmp(s + *i, ESC, 8)) {
-        const char *e = find(s + *i + 8, n - *i - 8, ESC);
+    if (n - *i >= ql && !memcmp(s + *i, q, ql)) {
+        const char *e = find(s + *i + ql, n - *i - ql, q);
         if (!e) return NULL;
-        const char *v = s + *i + 8;
-        *i = (size_t)(e - s) + 8;
+        const char *v = s + *i + ql;
+        *i = (size_t)(e - s) + ql;
         return coerce(v, (size_t)(e - v), type ? type : "string", false);
     }
     if (s[*i] == '{') return gemma_object(p, s, n, i, NULL);
@@ -421,7 +444,8 @@ static int call_hermes(srv_tc *p, const char *s, size_t n, bool final, size_t *u
 
 static int call_gemma(srv_tc *p, const char *s, size_t n, bool final, size_t *used)
 {
-    return tagged(p, s, n, final, used, M_GEMMA, "<end_function_call>", gemma_call);
+    return p->f == SRV_TC_GEMMA4 ? tagged(p, s, n, final, used, M_GEMMA4, M_GEMMA4_END, gemma_call)
+                                 : tagged(p, s, n, final, used, M_GEMMA, "<end_function_call>", gemma_call);
 }
 
 static int call_llama3(srv_tc *p, const char *s, size_t n, bool final, size_t *used)
@@ -473,7 +497,8 @@ static call_fn call_parser(srv_tc_family f)
     switch (f) {
     case SRV_TC_LLAMA3: return call_llama3;
     case SRV_TC_MISTRAL: return call_mistral;
-    case SRV_TC_GEMMA: return call_gemma;
+    case SRV_TC_GEMMA:
+    case SRV_TC_GEMMA4: return call_gemma;
     default: return call_hermes;
     }
 }
@@ -516,13 +541,39 @@ static int marker_at(const srv_tc *p, const char *s, size_t n, size_t i, bool fi
     return 0;
 }
 
+/* Gemma 4 writes <|tool_response> after its calls (the turn's end when the
+ * tokenizer does not stop on it) and sometimes a stray <tool_call|>: the
+ * length of such a marker at s[0], -1 for a proper prefix of one, 0 none. */
+static int noise_at(const char *s, size_t n)
+{
+    static const char *const noise[] = {M_GEMMA4_RESPONSE, M_GEMMA4_END};
+    for (size_t k = 0; k < 2; k++) {
+        size_t l = strlen(noise[k]);
+        if (n >= l && !memcmp(s, noise[k], l)) return (int)l;
+        if (n && n < l && !memcmp(s, noise[k], n)) return -1;
+    }
+    return 0;
+}
+
 /* TEXT: emits what is content; returns 1 when a call starts at buf[0]. */
 static int scan_text(srv_tc *p, bool final, srv_buf *content)
 {
     srv_buf *b = &p->buf;
     if (p->after_call) {
         size_t i = 0;
-        while (i < b->len && (is_space(b->p[i]) || (p->f == SRV_TC_LLAMA3 && b->p[i] == ';'))) i++;
+        for (;;) {
+            while (i < b->len && (is_space(b->p[i]) || (p->f == SRV_TC_LLAMA3 && b->p[i] == ';'))) i++;
+            int n = p->f == SRV_TC_GEMMA4 ? noise_at(b->p + i, b->len - i) : 0;
+            if (n > 0) {
+                i += (size_t)n;
+                continue;
+            }
+            if (n < 0 && !final) { /* maybe noise: wait */
+                srv_buf_consume(b, i);
+                return 0;
+            }
+            break;
+        }
         srv_buf_consume(b, i);
         if (!b->len) return 0;
         p->after_call = false;
@@ -575,6 +626,7 @@ static int process(srv_tc *p, bool final, srv_buf *content)
 srv_tc_family srv_tc_detect(const char *t, const tok_tokenizer *tok)
 {
     if (t) {
+        if (strstr(t, M_GEMMA4) && strstr(t, M_GEMMA4_END)) return SRV_TC_GEMMA4;
         if (strstr(t, "<function=") && strstr(t, "<parameter=")) return SRV_TC_QWEN3_CODER;
         if (strstr(t, M_TOOL_CALL)) return SRV_TC_HERMES;
         if (strstr(t, M_MISTRAL)) return SRV_TC_MISTRAL;
@@ -584,7 +636,7 @@ srv_tc_family srv_tc_detect(const char *t, const tok_tokenizer *tok)
     }
     if (tok) {
         static const struct { const char *piece; srv_tc_family f; } by_tok[] = {
-            {M_TOOL_CALL, SRV_TC_HERMES}, {M_MISTRAL, SRV_TC_MISTRAL},
+            {M_GEMMA4, SRV_TC_GEMMA4},    {M_TOOL_CALL, SRV_TC_HERMES}, {M_MISTRAL, SRV_TC_MISTRAL},
             {M_PYTHON, SRV_TC_LLAMA3},    {M_GEMMA, SRV_TC_GEMMA},
         };
         for (size_t i = 0; i < sizeof by_tok / sizeof by_tok[0]; i++)
@@ -608,7 +660,7 @@ const char *srv_tc_family_name(srv_tc_family f)
 
 bool srv_tc_needs_special(srv_tc_family f)
 {
-    return f == SRV_TC_LLAMA3 || f == SRV_TC_MISTRAL || f == SRV_TC_GEMMA;
+    return f == SRV_TC_LLAMA3 || f == SRV_TC_MISTRAL || f == SRV_TC_GEMMA || f == SRV_TC_GEMMA4;
 }
 
 kiln_code srv_tc_create(srv_tc_family f, const json_t *tools, srv_tc **out, kiln_err *err)

@@ -15,10 +15,12 @@
  *   llama3       {"name": N, "parameters": {...}} at the start, or after <|python_tag|>
  *   mistral      [TOOL_CALLS][{"name": N, "arguments": {...}}]  or  [TOOL_CALLS]N[ARGS]{...}
  *   gemma        <start_function_call>call:N{k:<escape>v<escape>,n:1}<end_function_call>
+ *   gemma4       <|tool_call>call:N{k:<|"|>v<|"|>,n:1,o:{a:[1,2]}}<tool_call|>  (Gemma 4;
+ *                the <|tool_response> the model writes after its calls is dropped)
  * Content streams until a marker appears; markup never reaches content; a
  * possible partial marker at the end of a push is held back; markers inside a
  * ``` code block are content. Arguments are always a JSON object, serialized;
- * where the format gives strings (qwen3_coder, gemma) values are coerced by
+ * where the format gives strings (qwen3_coder, gemma, gemma4) values are coerced by
  * the tool's JSON schema. A call that does not parse is returned as content.
  */
 #ifndef KILN_SRV_TOOLCALL_H
@@ -39,6 +41,7 @@ typedef enum {
     SRV_TC_LLAMA3,
     SRV_TC_MISTRAL,
     SRV_TC_GEMMA,
+    SRV_TC_GEMMA4,
     SRV_TC_COUNT
 } srv_tc_family;
 
@@ -48,7 +51,7 @@ typedef struct srv_tc srv_tc; /* opaque streaming parser, one per choice */
 /* The family whose markup the template text (or else the tokenizer's
  * vocabulary; tok may be NULL) shows; SRV_TC_NONE when none. */
 srv_tc_family srv_tc_detect(const char *template_text, const tok_tokenizer *tok);
-/* "hermes", "qwen3_coder", "llama3", "mistral", "gemma", "none"; -1 if unknown. */
+/* "hermes", "qwen3_coder", "llama3", "mistral", "gemma", "gemma4", "none"; -1 if unknown. */
 int srv_tc_family_from_name(const char *name);
 const char *srv_tc_family_name(srv_tc_family f);
 /* Does the family's markup need special tokens kept in the decoded text? */

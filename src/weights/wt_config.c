@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "util/plat.h"
+#include "weights/wt_config_int.h"
 
 /* ------------------------------------------------------------- tables */
 
@@ -53,6 +54,10 @@ static const arch_info arch_table[WT_ARCH_COUNT] = {
     [WT_ARCH_MISTRAL] = {"MistralForCausalLM", "mistral", 32768},
     [WT_ARCH_QWEN2] = {"Qwen2ForCausalLM", "qwen2", 32768},
     [WT_ARCH_QWEN3] = {"Qwen3ForCausalLM", "qwen3", 32768},
+    [WT_ARCH_GEMMA3] = {"Gemma3ForCausalLM", "gemma3_text", 131072},
+    [WT_ARCH_GEMMA3_MM] = {"Gemma3ForConditionalGeneration", "gemma3", 131072},
+    [WT_ARCH_GEMMA4] = {"Gemma4ForConditionalGeneration", "gemma4", 131072},
+    [WT_ARCH_GEMMA4_TEXT] = {"Gemma4ForCausalLM", "gemma4_text", 131072},
     [WT_ARCH_QWEN3_5] = {"Qwen3_5ForConditionalGeneration", "qwen3_5", 262144},
 };
 
@@ -71,23 +76,34 @@ static const struct {
     const char *key;
     int64_t max;
 } cfg_caps[] = {
-    {"hidden_size", 1 << 20},          {"intermediate_size", 1 << 22},
-    {"num_hidden_layers", 1 << 12},    {"num_attention_heads", 1 << 12},
-    {"num_key_value_heads", 1 << 12},  {"head_dim", 1 << 16},
-    {"vocab_size", 1 << 26},           {"max_position_embeddings", INT64_C(1) << 32},
-    {"max_window_layers", 1 << 12},    {"sliding_window", INT64_C(1) << 32},
-    {"linear_num_key_heads", 1 << 12}, {"linear_num_value_heads", 1 << 12},
-    {"linear_key_head_dim", 1 << 14},  {"linear_value_head_dim", 1 << 14},
-    {"linear_conv_kernel_dim", 64},    {"full_attention_interval", 1 << 12},
+    {"hidden_size", 1 << 20},
+    {"intermediate_size", 1 << 22},
+    {"num_hidden_layers", 1 << 12},
+    {"num_attention_heads", 1 << 12},
+    {"num_key_value_heads", 1 << 12},
+    {"head_dim", 1 << 16},
+    {"vocab_size", 1 << 26},
+    {"max_position_embeddings", INT64_C(1) << 32},
+    {"max_window_layers", 1 << 12},
+    {"sliding_window", INT64_C(1) << 32},
+    {"global_head_dim", 1 << 16},
+    {"num_global_key_value_heads", 1 << 12},
+    {"num_kv_shared_layers", 1 << 12},
+    {"hidden_size_per_layer_input", 1 << 16},
+    {"vocab_size_per_layer_input", 1 << 26},
+    {"num_experts", 1 << 16},
+    {"top_k_experts", 1 << 12},
+    {"moe_intermediate_size", 1 << 22},
+    {"sliding_window_pattern", 1 << 12},
+    {"linear_num_key_heads", 1 << 12},
+    {"linear_num_value_heads", 1 << 12},
+    {"linear_key_head_dim", 1 << 14},
+    {"linear_value_head_dim", 1 << 14},
+    {"linear_conv_kernel_dim", 64},
+    {"full_attention_interval", 1 << 12},
 };
 
 #define CFG_MAX_FILE ((size_t)64 * 1024 * 1024)
-
-/* Parse context: the root object, text_config, and the label for messages. */
-typedef struct {
-    const json_t *root, *text; /* BORROWED */
-    const char *label;
-} cfg_src;
 
 /* ------------------------------------------------------------- helpers */
 
@@ -99,7 +115,23 @@ const char *wt_arch_name(wt_arch a)
 const char *wt_arch_supported_list(void)
 {
     return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-           "Qwen3_5ForConditionalGeneration (text), Qwen3_5ForCausalLM";
+           "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma4ForCausalLM, "
+           "Gemma4ForConditionalGeneration, Qwen3_5ForConditionalGeneration (text), "
+           "Qwen3_5ForCausalLM";
+}
+
+int wt_config_gemma_gen(const wt_config *c)
+{
+    switch (c->arch) {
+    case WT_ARCH_GEMMA3:
+    case WT_ARCH_GEMMA3_MM:
+        return 3;
+    case WT_ARCH_GEMMA4:
+    case WT_ARCH_GEMMA4_TEXT:
+        return 4;
+    default:
+        return 0;
+    }
 }
 
 static void copy_str(char *dst, size_t cap, const char *s)
@@ -406,6 +438,11 @@ static kiln_code parse_rope(const cfg_src *s, wt_config *c, kiln_err *err)
     const json_t *rs = get(s, "rope_scaling");
     if (!rs) rs = params;
     if (!rs) return KILN_OK;
+    /* per layer kind ({"sliding_attention": {...}, "full_attention": {...}}):
+     * the family parser reads it (wt_config_gemma.c) */
+    if (json_is_object(rs) &&
+        (json_object_get(rs, "sliding_attention") || json_object_get(rs, "full_attention")))
+        return KILN_OK;
     if (!json_is_object(rs))
         return kiln_fail(err, KILN_E_INVALID, "%s: 'rope_scaling' is not an object or null",
                          s->label);
@@ -683,15 +720,21 @@ static kiln_code parse_all(const json_t *root, const json_t *gen, const char *la
     const json_t *tc = json_object_get(root, "text_config");
     s.text = json_is_object(tc) ? tc : NULL;
     kiln_code r;
-    if ((r = parse_arch(&s, c, err)) || (r = parse_sizes(&s, c, err)) ||
-        (r = parse_norm_and_flags(&s, c, err)) || (r = parse_window(&s, c, err)) ||
-        (r = parse_rope(&s, c, err)))
-        return r;
-    if (c->arch == WT_ARCH_QWEN3_5 && (r = parse_qwen35(&s, c, err))) return r;
-    if (s.text && (r = parse_ids(s.text, label, c, err))) return r;
-    if ((r = parse_ids(root, label, c, err))) return r;
-    if (gen && (r = parse_gen(gen, gen_label, c, err))) return r;
-    return parse_quant(&s, c, err);
+    json_t *dflt = NULL; /* OWNED: a family's defaults filled into the text keys */
+    if ((r = parse_arch(&s, c, err))) return r;
+    if (wt_config_gemma_gen(c) && (r = wt_gemma_defaults(&s, c, &dflt, err))) return r;
+    if ((r = parse_sizes(&s, c, err)) || (r = parse_norm_and_flags(&s, c, err)) ||
+        (r = parse_window(&s, c, err)) || (r = parse_rope(&s, c, err)) ||
+        (wt_config_gemma_gen(c) && (r = wt_gemma_parse(&s, c, err))))
+        goto done;
+    if (c->arch == WT_ARCH_QWEN3_5 && (r = parse_qwen35(&s, c, err))) goto done;
+    if (s.text && (r = parse_ids(s.text, label, c, err))) goto done;
+    if ((r = parse_ids(root, label, c, err))) goto done;
+    if (gen && (r = parse_gen(gen, gen_label, c, err))) goto done;
+    r = parse_quant(&s, c, err);
+done:
+    json_decref(dflt);
+    return r;
 }
 
 static kiln_code load_json(const char *text, size_t len, const char *label, json_t **out,
@@ -761,6 +804,8 @@ kiln_code wt_config_load(const char *dir, wt_config *out, kiln_err *err)
 void wt_config_free(wt_config *cfg)
 {
     if (!cfg) return;
+    free(cfg->gemma.layer_types);
+    cfg->gemma.layer_types = NULL;
     free(cfg->layer_linear);
     cfg->layer_linear = NULL;
     for (int i = 0; i < cfg->n_qover; i++)
@@ -781,4 +826,34 @@ wt_qspec wt_config_quant_for(const wt_config *cfg, const char *path, bool has_sc
         if (o) return o->use_global ? cfg->quant : o->spec;
     }
     return has_scales ? cfg->quant : none;
+}
+
+/* ------------------------------------------------- for family parsers */
+
+const json_t *wt_cfg_get(const cfg_src *s, const char *key)
+{
+    return get(s, key);
+}
+
+int wt_cfg_has(const cfg_src *s, const char *key)
+{
+    return json_object_get(s->root, key) != NULL ||
+           (s->text && json_object_get(s->text, key) != NULL);
+}
+
+kiln_code wt_cfg_int(const cfg_src *s, const char *key, int64_t lo, int64_t *out, bool *present,
+                     kiln_err *err)
+{
+    return get_int(s, key, lo, out, present, err);
+}
+
+kiln_code wt_cfg_num(const json_t *obj, const char *key, const char *label, double *out,
+                     bool *present, kiln_err *err)
+{
+    return get_num(obj, key, label, out, present, err);
+}
+
+kiln_code wt_cfg_bool(const cfg_src *s, const char *key, bool *out, kiln_err *err)
+{
+    return get_bool(s, key, out, err);
 }

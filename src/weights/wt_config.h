@@ -34,6 +34,10 @@ typedef enum {
     WT_ARCH_MISTRAL, /* MistralForCausalLM */
     WT_ARCH_QWEN2,   /* Qwen2ForCausalLM: q/k/v biases */
     WT_ARCH_QWEN3,   /* Qwen3ForCausalLM: per-head q_norm/k_norm */
+    WT_ARCH_GEMMA3,      /* Gemma3ForCausalLM (gemma3_text) */
+    WT_ARCH_GEMMA3_MM,   /* Gemma3ForConditionalGeneration (gemma3): the text path */
+    WT_ARCH_GEMMA4,      /* Gemma4ForConditionalGeneration (gemma4): the text path */
+    WT_ARCH_GEMMA4_TEXT, /* Gemma4ForCausalLM (gemma4_text) */
     WT_ARCH_QWEN3_5, /* Qwen3_5ForConditionalGeneration (text path) / Qwen3_5ForCausalLM:
                         hybrid gated DeltaNet + gated attention (wt_config_qwen35) */
     WT_ARCH_COUNT
@@ -45,6 +49,8 @@ typedef enum {
     WT_ROPE_LLAMA3,
     WT_ROPE_YARN,
     WT_ROPE_DYNAMIC,
+    WT_ROPE_PROPORTIONAL, /* Gemma 4 full layers: the first partial_rotary_factor share of the
+                             head's pairs (j, j + d/2) rotate, exponent over the whole d */
 } wt_rope_type;
 
 typedef struct {
@@ -74,6 +80,37 @@ typedef struct {
 
 #define WT_MAX_EOS 8
 
+/* The two attention layer kinds of "layer_types" (Gemma 3/4). */
+typedef enum { WT_LAYER_FULL = 0, WT_LAYER_SLIDING = 1 } wt_layer_type;
+
+/* One layer kind's RoPE (Gemma: sliding and full layers differ). */
+typedef struct {
+    double theta;
+    wt_rope rope; /* type (NONE = plain), factor, partial_rotary_factor */
+} wt_kind_rope;
+
+/* Mixture of experts (Gemma 4 26B-A4B's enable_moe_block, num_experts,
+ * top_k_experts, moe_intermediate_size). n_experts 0: a dense model. */
+typedef struct {
+    int64_t n_experts, top_k, ffn;
+} wt_moe;
+
+/* Gemma 3 / Gemma 4 keys (wt_config_gemma.c reads them; docs/models.md). */
+typedef struct {
+    uint8_t *layer_types;       /* OWNED [n_layers] wt_layer_type; NULL for other families */
+    int64_t global_head_dim;    /* head_dim of full layers (= head_dim for Gemma 3) */
+    int64_t n_global_kv_heads;  /* KV heads of full layers when k_eq_v (Gemma 4) */
+    bool k_eq_v;                /* attention_k_eq_v: full layers take V from the K projection */
+    int64_t pli_dim, pli_vocab; /* hidden_size_per_layer_input (0 = off), its table's rows */
+    int64_t n_kv_shared;        /* num_kv_shared_layers: trailing layers reading a donor's K/V */
+    bool double_wide_mlp;       /* KV-shared layers' MLP is 2 x intermediate_size */
+    double final_softcap;       /* final_logit_softcapping; 0 = null */
+    double attn_softcap;        /* attn_logit_softcapping; 0 = null */
+    double attn_scale;          /* score multiplier: query_pre_attn_scalar^-0.5 (3), 1 (4) */
+    wt_kind_rope rope[2];       /* [wt_layer_type] */
+    int n_towers_skipped;       /* vision/audio configs present (their tensors are ignored) */
+} wt_gemma;
+
 typedef struct {
     wt_arch arch;
     char architecture[64]; /* as written, e.g. "Qwen3ForCausalLM" */
@@ -91,6 +128,8 @@ typedef struct {
     int32_t eos_ids[WT_MAX_EOS];
     int n_eos;
     int32_t pad_id;           /* -1 = none */
+    wt_gemma gemma;           /* Gemma 3/4 only (wt_config_is_gemma) */
+    wt_moe moe;               /* experts (n_experts 0: dense) */
     /* MLX quantization ("quantization" or "quantization_config") */
     wt_qspec quant;           /* global; mode NONE when the config has none */
     wt_qoverride *qover;      /* OWNED: per-module overrides; freed by wt_config_free */
@@ -121,6 +160,8 @@ void wt_config_free(wt_config *cfg);
  * global spec iff the checkpoint has `<path>.scales` (has_scales), else NONE. */
 wt_qspec wt_config_quant_for(const wt_config *cfg, const char *path, bool has_scales);
 const char *wt_arch_name(wt_arch a);
+/* 3 or 4 for the Gemma 3 / Gemma 4 architectures, else 0. */
+int wt_config_gemma_gen(const wt_config *cfg);
 /* "LlamaForCausalLM, MistralForCausalLM, ..." for error messages. */
 const char *wt_arch_supported_list(void);
 

@@ -6,11 +6,14 @@
  * "quantization_config", safetensors `__metadata__` {"format": "mlx"}, and a
  * model.safetensors.index.json (mlx-lm always writes one).
  *
- * Decisions, per input tensor (mlx-lm quantize_model + llama sanitize):
+ * Decisions, per input tensor (mlx-lm quantize_model + each family's sanitize
+ * and quant_predicate: wt_qfamily.c renames, drops and splits tensors and
+ * keeps some modules float or at other bits):
  *   lm_head.weight with tied embeddings, *.rotary_emb.inv_freq  -> dropped
  *   2-D float "*.weight" with last dim % group_size == 0          -> quantized
  *       (every such tensor in Llama/Mistral/Qwen2/Qwen3 is a Linear or the
- *        embedding; norms are 1-D)
+ *        embedding; norms are 1-D); 3-D ones are expert stacks, quantized
+ *       per expert (row by row: scales/biases [E, rows, cols / group])
  *   vision-tower tensors (model.visual.*; kiln runs the text path)  -> not quantized
  *   *.A_log (Qwen3.5 DeltaNet decay; mlx-lm's cast_predicate)    -> kept as stored (F32)
  *   other float tensors                                          -> cast to the model dtype
@@ -37,6 +40,7 @@
 
 #include "util/plat.h"
 #include "weights/wt_config.h"
+#include "weights/wt_qfamily.h"
 #include "weights/wt_quantize.h"
 #include "weights/wt_set.h"
 #include "weights/wt_writer.h"
@@ -48,8 +52,10 @@ typedef enum { QS_COPY, QS_CAST, QS_QWEIGHT, QS_QSCALES, QS_QBIASES } qs_kind;
 typedef struct {
     qs_kind kind;
     const wt_tensor *src; /* BORROWED from the input wt_set */
-    int bits;             /* quantized kinds */
+    int bits, group;      /* quantized kinds */
     char *name;           /* OWNED */
+    int64_t R, r0, rows;  /* rows [r0, r0 + rows) of each [R, cols] slice of src (a split
+                             fused expert tensor); rows == 0: all of src */
 } qs_item;
 
 typedef struct {
@@ -59,8 +65,9 @@ typedef struct {
     qs_item *items;       /* OWNED [n] */
     wt_write_tensor *out; /* OWNED [n]; names BORROWED from items */
     int n, cap;
-    /* cache: the module last quantized */
+    /* cache: the module last quantized (its source and first row) */
     const wt_tensor *cached;
+    int64_t cached_r0;
     uint32_t *qw;           /* OWNED */
     void *qs, *qb;          /* OWNED */
     uint64_t params;        /* logical parameter count (index metadata) */
@@ -155,8 +162,9 @@ static kiln_code recipe_bits(const wt_quant_opts *o, int64_t n_layers, const cha
 
 /* ------------------------------------------------------------- planning */
 
-static kiln_code add_item(qs_ctx *q, qs_kind kind, const wt_tensor *src, int bits, const char *name,
-                          wt_dtype dt, int ndim, const int64_t *shape, kiln_err *err)
+static kiln_code add_item(qs_ctx *q, qs_kind kind, const wt_tensor *src, const wt_qf_out *map,
+                          int bits, const char *name, wt_dtype dt, int ndim, const int64_t *shape,
+                          kiln_err *err)
 {
     if (q->n == q->cap) {
         int cap = q->cap ? 2 * q->cap : 64;
@@ -168,7 +176,14 @@ static kiln_code add_item(qs_ctx *q, qs_kind kind, const wt_tensor *src, int bit
         q->cap = cap;
     }
     qs_item *it = &q->items[q->n];
-    *it = (qs_item){.kind = kind, .src = src, .bits = bits, .name = strdup(name)};
+    *it = (qs_item){.kind = kind,
+                    .src = src,
+                    .bits = bits,
+                    .group = q->gs,
+                    .name = strdup(name),
+                    .R = map ? map->R : 0,
+                    .r0 = map ? map->r0 : 0,
+                    .rows = map ? map->rows : 0};
     if (!it->name) return kiln_fail(err, KILN_E_NOMEM, "quantize: out of memory");
     wt_write_tensor *w = &q->out[q->n];
     *w = (wt_write_tensor){.name = it->name, .dtype = dt, .ndim = ndim};
@@ -177,21 +192,29 @@ static kiln_code add_item(qs_ctx *q, qs_kind kind, const wt_tensor *src, int bit
     return KILN_OK;
 }
 
-/* Adds the three outputs of quantized module `mod` (name without ".weight"),
- * and its config override when a recipe is used. */
-static kiln_code plan_quantized(qs_ctx *q, const wt_tensor *t, const char *mod, int bits,
-                                kiln_err *err)
+/* Adds the three outputs of quantized module `mod` (name without ".weight"):
+ * the output shape `map` with its last dim packed / grouped. */
+static kiln_code plan_quantized(qs_ctx *q, const wt_tensor *t, const wt_qf_out *map,
+                                const char *mod, int bits, int group, kiln_err *err)
 {
     char name[1040];
-    int64_t wshape[2] = {t->shape[0], t->shape[1] * bits / 32};
-    int64_t sshape[2] = {t->shape[0], t->shape[1] / q->gs};
+    int nd = map->ndim;
+    int64_t wshape[4], sshape[4];
+    for (int i = 0; i < nd; i++)
+        wshape[i] = sshape[i] = map->shape[i];
+    wshape[nd - 1] = map->shape[nd - 1] * bits / 32;
+    sshape[nd - 1] = map->shape[nd - 1] / group;
     kiln_code c;
+    int first = q->n;
     snprintf(name, sizeof name, "%s.biases", mod);
-    if ((c = add_item(q, QS_QBIASES, t, bits, name, q->dtype, 2, sshape, err))) return c;
+    if ((c = add_item(q, QS_QBIASES, t, map, bits, name, q->dtype, nd, sshape, err))) return c;
     snprintf(name, sizeof name, "%s.scales", mod);
-    if ((c = add_item(q, QS_QSCALES, t, bits, name, q->dtype, 2, sshape, err))) return c;
+    if ((c = add_item(q, QS_QSCALES, t, map, bits, name, q->dtype, nd, sshape, err))) return c;
     snprintf(name, sizeof name, "%s.weight", mod);
-    return add_item(q, QS_QWEIGHT, t, bits, name, WT_U32, 2, wshape, err);
+    if ((c = add_item(q, QS_QWEIGHT, t, map, bits, name, WT_U32, nd, wshape, err))) return c;
+    for (int i = first; i < q->n; i++)
+        q->items[i].group = group;
+    return KILN_OK;
 }
 
 static kiln_code plan_all(qs_ctx *q, const wt_set *ws, const wt_config *cfg, const wt_quant_opts *o,
@@ -204,30 +227,41 @@ static kiln_code plan_all(qs_ctx *q, const wt_set *ws, const wt_config *cfg, con
             continue;
         if (strlen(t->name) >= 1000)
             return kiln_fail(err, KILN_E_UNSUPPORTED, "quantize: tensor name too long");
-        q->params += (uint64_t)t->numel;
-        kiln_code c;
-        bool vision = strncmp(t->name, "model.visual.", 13) == 0;
         if (ends_with(t->name, ".A_log")) {
-            if ((c = add_item(q, QS_COPY, t, 0, t->name, t->dtype, t->ndim, t->shape, err)))
-                return c;
+            q->params += (uint64_t)t->numel;
+            kiln_code c = add_item(q, QS_COPY, t, NULL, 0, t->name, t->dtype, t->ndim, t->shape, err);
+            if (c) return c;
             continue;
         }
-        if (!vision && is_float(t->dtype) && t->ndim == 2 && ends_with(t->name, ".weight") &&
-            t->shape[1] > 0 && t->shape[1] % q->gs == 0) {
+        bool vision = strncmp(t->name, "model.visual.", 13) == 0;
+        wt_qf_out outs[2];
+        int n_out = wt_qf_map(cfg, t, outs);
+        for (int k = 0; k < n_out; k++) {
+            const wt_qf_out *mo = &outs[k];
+            int64_t last = mo->shape[mo->ndim - 1];
+            q->params += (uint64_t)(mo->rows ? t->numel / t->shape[1] * mo->rows : t->numel);
+            kiln_code c;
             char mod[1024];
-            snprintf(mod, sizeof mod, "%.*s", (int)(strlen(t->name) - 7), t->name);
-            int bits;
-            if ((c = recipe_bits(o, cfg->n_layers, mod, &bits, err))) return c;
-            if ((c = plan_quantized(q, t, mod, bits, err))) return c;
-            if (o->recipe && json_object_set_new(qcfg, mod,
-                                                 json_pack("{s:i, s:i, s:s}", "group_size", q->gs,
-                                                           "bits", bits, "mode", "affine")))
-                return kiln_fail(err, KILN_E_NOMEM, "quantize: out of memory");
-            continue;
+            int bits = o->bits, group = q->gs;
+            bool expl = false;
+            if (!vision && is_float(t->dtype) && (mo->ndim == 2 || mo->ndim == 3) &&
+                ends_with(mo->name, ".weight") && last > 0 && last % q->gs == 0) {
+                snprintf(mod, sizeof mod, "%.*s", (int)(strlen(mo->name) - 7), mo->name);
+                if ((c = recipe_bits(o, cfg->n_layers, mod, &bits, err))) return c;
+                if (wt_qf_quantize(cfg, mod, &bits, &group, &expl) && last % group == 0) {
+                    if ((c = plan_quantized(q, t, mo, mod, bits, group, err))) return c;
+                    if ((o->recipe || expl) &&
+                        json_object_set_new(qcfg, mod,
+                                            json_pack("{s:i, s:i, s:s}", "group_size", group,
+                                                      "bits", bits, "mode", "affine")))
+                        return kiln_fail(err, KILN_E_NOMEM, "quantize: out of memory");
+                    continue;
+                }
+            }
+            c = add_item(q, is_float(t->dtype) ? QS_CAST : QS_COPY, t, mo, 0, mo->name,
+                         is_float(t->dtype) ? q->dtype : t->dtype, mo->ndim, mo->shape, err);
+            if (c) return c;
         }
-        c = add_item(q, is_float(t->dtype) ? QS_CAST : QS_COPY, t, 0, t->name,
-                     is_float(t->dtype) ? q->dtype : t->dtype, t->ndim, t->shape, err);
-        if (c) return c;
     }
     return KILN_OK;
 }
@@ -254,13 +288,23 @@ static kiln_code src_f32(const qs_ctx *q, const wt_tensor *t, int64_t at, int64_
     return KILN_OK;
 }
 
-/* Quantizes module it->src row by row into q->qw/qs/qb (kept for the other
- * two tensors of the same module). Memory: the outputs plus one f32 row. */
+/* The source element offset of output row r of item it. */
+static int64_t src_row(const qs_item *it, int64_t r, int64_t cols)
+{
+    if (!it->rows) return r * cols;
+    return ((r / it->rows) * it->R + it->r0 + r % it->rows) * cols;
+}
+
+/* Quantizes module it (its rows of it->src) row by row into q->qw/qs/qb (kept
+ * for the other two tensors of the same module). Memory: the outputs plus one
+ * f32 row. */
 static kiln_code quantize_module(qs_ctx *q, const qs_item *it, kiln_err *err)
 {
-    if (q->cached == it->src) return KILN_OK;
+    if (q->cached == it->src && q->cached_r0 == it->r0) return KILN_OK;
     const wt_tensor *t = it->src;
-    const int64_t rows = t->shape[0], cols = t->shape[1], groups = cols / q->gs;
+    const int64_t cols = t->shape[t->ndim - 1];
+    const int64_t rows = (it->rows ? t->numel / it->R / cols * it->rows : t->numel / cols);
+    const int64_t groups = cols / it->group;
     const int64_t row_words = cols * it->bits / 32;
     const size_t es = wt_dtype_size(q->dtype);
     free(q->qw);
@@ -275,25 +319,41 @@ static kiln_code quantize_module(qs_ctx *q, const qs_item *it, kiln_err *err)
     if (!q->qw || !q->qs || !q->qb || !f)
         c = kiln_fail(err, KILN_E_NOMEM, "quantize: cannot allocate for '%s'", t->name);
     for (int64_t r = 0; r < rows && !c; r++) {
-        c = src_f32(q, t, r * cols, cols, f, err);
+        c = src_f32(q, t, src_row(it, r, cols), cols, f, err);
         if (!c)
-            c = wt_quantize_affine(f, 1, cols, it->bits, q->gs, q->dtype, q->qw + r * row_words,
+            c = wt_quantize_affine(f, 1, cols, it->bits, it->group, q->dtype,
+                                   q->qw + r * row_words,
                                    (uint8_t *)q->qs + (size_t)(r * groups) * es,
                                    (uint8_t *)q->qb + (size_t)(r * groups) * es, NULL, err);
     }
     free(f);
-    if (!c) q->cached = t;
+    if (!c) {
+        q->cached = t;
+        q->cached_r0 = it->r0;
+    }
     return c;
 }
 
-/* A float tensor cast to the model dtype, 64K elements at a time. */
-static kiln_code cast_tensor(const qs_ctx *q, const wt_tensor *t, void *dst, kiln_err *err)
+/* A float tensor (or its rows of a split) cast to the model dtype, 64K
+ * elements (or one row) at a time. */
+static kiln_code cast_tensor(const qs_ctx *q, const qs_item *it, void *dst, kiln_err *err)
 {
     enum { CHUNK = 65536 };
-    float *f = malloc(CHUNK * sizeof *f);
+    const wt_tensor *t = it->src;
+    const int64_t cols = t->shape[t->ndim - 1];
+    float *f = malloc((size_t)(cols > CHUNK ? cols : CHUNK) * sizeof *f);
     if (!f) return kiln_fail(err, KILN_E_NOMEM, "quantize: out of memory");
     kiln_code c = KILN_OK;
     const size_t es = wt_dtype_size(q->dtype);
+    if (it->rows) {
+        int64_t rows = t->numel / it->R / cols * it->rows;
+        for (int64_t r = 0; r < rows && !c; r++) {
+            c = src_f32(q, t, src_row(it, r, cols), cols, f, err);
+            if (!c) wt_from_f32(q->dtype, f, cols, (uint8_t *)dst + (size_t)(r * cols) * es);
+        }
+        free(f);
+        return c;
+    }
     for (int64_t i = 0; i < t->numel && !c; i += CHUNK) {
         int64_t m = t->numel - i < CHUNK ? t->numel - i : CHUNK;
         c = src_f32(q, t, i, m, f, err);
@@ -313,7 +373,7 @@ static kiln_code fill_one(void *ctx, int index, void *dst, uint64_t nbytes, kiln
         memcpy(dst, it->src->data, (size_t)nbytes);
         break;
     case QS_CAST:
-        c = cast_tensor(q, it->src, dst, err);
+        c = cast_tensor(q, it, dst, err);
         break;
     case QS_QWEIGHT:
     case QS_QSCALES:

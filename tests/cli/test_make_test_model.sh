@@ -4,7 +4,8 @@
 # Makes a tiny model of every architecture and dtype, 4-bit ones, and RoPE-scaling /
 # sliding-window variants into $KILN_BINARY_DIR/test-models/, checks their files and
 # tensor layout, runs ref_forward.py on each, and checks ref_forward.py itself against the
-# references in ../shared (oracle logits, stories260K greedy, MLX emulated checkpoints).
+# references in ../shared (oracle logits incl. Gemma 3/4 through ref_gemma.py, stories260K
+# greedy, MLX emulated checkpoints).
 # Env: KILN_SOURCE_DIR, KILN_BINARY_DIR, KILN_SHARED_DIR (set by CTest; defaults below).
 set -u
 SRC=${KILN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -211,8 +212,13 @@ done
 
 # ref_forward.py against references nobody here wrote.
 if [ -d "$SHARED/oracle" ]; then
-  for m in llama_f32 llama31_rope_bf16 qwen2_f32 qwen3_bf16 mistral_bf16; do
+  for m in llama_f32 llama31_rope_bf16 qwen2_f32 qwen3_bf16 mistral_bf16 gemma3_f32; do
     check "ref_forward vs oracle/$m (1e-4, greedy ids)" $REF --check-oracle "$SHARED/oracle/$m" --tol 1e-4
+  done
+  # ref_gemma.py (through ref_forward.py) against the Gemma 4 goldens
+  for m in gemma4_e4b_like_f32 gemma4_moe_like_bf16; do
+    [ -d "$SHARED/oracle-next/$m" ] &&
+      check "ref_forward vs oracle-next/$m (1e-6, greedy ids)" $REF --check-oracle "$SHARED/oracle-next/$m" --tol 1e-6
   done
   check "ref_forward --compare on oracle/llama_f32 seq 1" $REF --model "$SHARED/oracle/llama_f32/hf" \
     --tokens "$($PY -c "import json;print(','.join(map(str,json.load(open('$SHARED/oracle/llama_f32/oracle.json'))['sequences'][1]['ids'])))")" \

@@ -4,7 +4,9 @@
 # shared oracles do not: every architecture × dtype, rope scaling linear /
 # yarn / dynamic / llama3, sliding windows, sharded checkpoints, and
 # `kiln quantize` output (bits 4 and 8 at g32 and g64; 3 and 6 at g32)
-# re-loaded by kiln against the dequantized f32 computation; Qwen3.5 hybrids
+# re-loaded by kiln against the dequantized f32 computation; Gemma 3 / 4
+# shapes (tools/ref_gemma.py) with other patterns, donors and expert counts;
+# Qwen3.5 hybrids
 # (gated DeltaNet + gated attention) in every layout, other layer patterns,
 # head counts, conv kernels, untied heads, MLX-quantized checkpoints (uniform
 # and with per-module overrides) and `kiln quantize` of a hybrid.
@@ -49,6 +51,24 @@ for q in "4 32" "4 64" "8 32" "8 64" "3 32" "6 32"; do
 done
 "$KILN" quantize --model "$T/qwen3-bf16" --out "$T/qwen3-q4" --bits 4 --group-size 32 >/dev/null 2>&1 && check "quantize-qwen3-bf16-b4" "$T/qwen3-q4" 1e-3
 
+# Gemma 3 / Gemma 4 shapes the shared oracles do not have (reference: tools/ref_gemma.py):
+# other layer patterns, windows, head counts, donors, per-layer input widths, expert counts.
+mk --arch gemma3 --dtype f32 --out "$T/g3" && check "gemma3-f32" "$T/g3"
+mk --arch gemma3 --dtype bf16 --layers 7 --layer-pattern 3 --sliding-window 5 --kv-heads 2 --out "$T/g3b" && check "gemma3-pattern3-w5" "$T/g3b"
+mk --arch gemma4 --dtype f32 --per-layer-input 16 --kv-shared 3 --double-wide --layers 9 --layer-pattern 3 \
+  --sliding-window 6 --out "$T/g4e" && check "gemma4-pli-shared3-w6" "$T/g4e"
+mk --arch gemma4 --dtype f32 --per-layer-input 8 --kv-shared 4 --layers 7 --layer-pattern 3 --sliding-window 3 \
+  --heads 8 --kv-heads 1 --softcap 0 --out "$T/g4s" && check "gemma4-shared4-mqa-nocap" "$T/g4s"
+mk --arch gemma4 --dtype bf16 --experts 6 --top-k 3 --moe-ffn 32 --k-eq-v --global-kv-heads 1 --layers 4 \
+  --layer-pattern 2 --out "$T/g4m" && check "gemma4-moe6-top3-keqv" "$T/g4m"
+mk --arch gemma4 --dtype bf16 --experts 6 --top-k 3 --moe-ffn 32 --k-eq-v --global-kv-heads 1 --layers 4 \
+  --layer-pattern 2 --layout mlx --out "$T/g4m-mlx" && check "gemma4-moe-switch_glu-layout" "$T/g4m-mlx"
+# the fused (HF) and split (mlx) expert layouts of one seed hold the same weights: same logits, bit for bit
+if cmp -s "$T/gemma4-moe6-top3-keqv.f32" "$T/gemma4-moe-switch_glu-layout.f32"; then pass=$((pass+1)); echo "ok gemma4 hf = mlx expert layout (bitwise)"
+else fail=$((fail+1)); echo "not ok gemma4 hf vs mlx expert layout logits differ"; fi
+"$KILN" quantize --model "$T/g4m" --out "$T/g4m-q4" --bits 4 --group-size 32 >/dev/null 2>&1 && check "quantize-gemma4-moe-b4" "$T/g4m-q4" 1e-3
+mk --arch gemma4 --dtype f16 --per-layer-input 32 --kv-shared 2 --layers 6 --layer-pattern 3 --quantize-bits 4 \
+  --group-size 32 --out "$T/g4e-q4" && check "gemma4-pli-mlx-4bit" "$T/g4e-q4"
 # Qwen3.5 hybrids (tools/ref_forward.py's Qwen35 matches shared/oracle-next to 6e-8)
 h() { mk --arch qwen3_5 "$@"; }
 h --dtype f32 --out "$T/q35-f32" && check "qwen3_5-f32-hf" "$T/q35-f32"

@@ -1,6 +1,7 @@
 /*
  * test_tmpl_reference.c — the real chat templates of fetched tokenizers (llama3,
- * llama3_1, qwen3, gemma3, llama2 — the last has none) render exactly as
+ * llama3_1, qwen3, gemma3, llama2 — the last has none) and Gemma 4's two template
+ * revisions (kept in tests/template/gemma4/: no npm package ships them) render exactly as
  * @huggingface/jinja@0.5.11 renders them, for the conversations of
  * tests/template/conversations.json (system prompts, multi-part content, tools and
  * tool results, enable_thinking both ways, bad role orders that must raise).
@@ -88,6 +89,8 @@ static void check_case(const char *dir, json_t *ref, json_t *convs, tally *t)
         t->failed++;
         return;
     }
+    if (strncmp(model, "gemma4", 6) == 0) /* in the repo */
+        snprintf(mdir, sizeof mdir, "%s/tests/template/gemma4/%s", source_dir(), model);
     json_t *chat = conv ? find_conversation(convs, conv) : NULL;
     kiln_err err;
     tmpl_chat_files files;

@@ -25,6 +25,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 MODELS=(llama3 llama3_1 qwen3 gemma3 llama2)
+# templates kept in the repo (no npm package ships them): tests/template/gemma4/<name>/
+LOCAL=(gemma4 gemma4_interleaved gemma4_e2b gemma4_31b)
 NODE_DIR=$WORK/tmpl-ref-node
 TOK_DIR=$WORK/fetched-templates
 mkdir -p "$NODE_DIR" "$TOK_DIR"
@@ -42,5 +44,10 @@ for m in "${MODELS[@]}"; do
   if [ -f "$TOK_DIR/$m/chat_template.jinja" ]; then cp "$TOK_DIR/$m/chat_template.jinja" "$LITE/$m/"; fi
   cp "$SHARED/models/stories260K/tokenizer.json" "$LITE/$m/tokenizer.json"
 done
+for m in "${LOCAL[@]}"; do
+  mkdir -p "$LITE/$m"
+  cp "$HERE/gemma4/$m/tokenizer_config.json" "$HERE/gemma4/$m/chat_template.jinja" "$LITE/$m/"
+  cp "$SHARED/models/stories260K/tokenizer.json" "$LITE/$m/tokenizer.json"
+done
 node "$HERE/make_reference.mjs" --tool "$SHARED/tools/ref_tokenize.mjs" --modules "$NODE_DIR" \
-  --model-dir "$LITE" --conversations "$HERE/conversations.json" --out "$OUT" "${MODELS[@]}"
+  --model-dir "$LITE" --conversations "$HERE/conversations.json" --out "$OUT" "${MODELS[@]}" "${LOCAL[@]}"

@@ -125,6 +125,50 @@ static void test_think_disabled_and_partial_tag_flushed(void)
     srv_buf_free(&r);
 }
 
+/* Gemma 4's channel: "thought\n" after <|channel> is a label, not reasoning;
+ * a prompt may open the block (with or without the label) or close it empty. */
+static void split_channel(const char *prompt, const char *s, int bytewise, srv_buf *c, srv_buf *r)
+{
+    srv_think t;
+    srv_think_start(&t, SRV_THINK_CHANNEL, true, prompt, strlen(prompt));
+    size_t n = strlen(s);
+    if (bytewise)
+        for (size_t i = 0; i < n; i++) srv_think_push(&t, s + i, 1, c, r);
+    else
+        srv_think_push(&t, s, n, c, r);
+    srv_think_flush(&t, c, r);
+}
+
+static void test_think_channel_style(void)
+{
+    static const struct {
+        const char *prompt, *out, *reasoning, *content;
+    } cases[] = {
+        {"<|turn>model\n", "<|channel>thought\nplan <it><channel|>The answer", "plan <it>", "The answer"},
+        {"<|turn>model\n<|channel>thought\n", "more\n<channel|>\nfinal", "more\n", "final"},
+        {"<|turn>model\n<|channel>", "thought\nx<channel|>y", "x", "y"},
+        {"<|turn>model\n", "<|channel>plain<channel|>z", "plain", "z"},
+        {"<|turn>model\n", "<|channel>thou", "thou", ""},
+        {"<|turn>model\n<|channel>thought\n<channel|>", "Hello <|chan", "", "Hello <|chan"},
+        {"<|turn>model\n", "<think>not these</think>", "", "<think>not these</think>"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int bw = 0; bw < 2; bw++) {
+            srv_buf c = {0}, r = {0};
+            split_channel(cases[i].prompt, cases[i].out, bw, &c, &r);
+            ASSERT_STR_EQ(r.p ? r.p : "", cases[i].reasoning);
+            ASSERT_STR_EQ(c.p ? c.p : "", cases[i].content);
+            srv_buf_free(&c);
+            srv_buf_free(&r);
+        }
+    ASSERT_TRUE(srv_think_prompt_open_as(SRV_THINK_CHANNEL, "a<|channel>thought\n", 19));
+    ASSERT_TRUE(!srv_think_prompt_open_as(SRV_THINK_CHANNEL, "a<|channel>thought\n<channel|>", 29));
+    ASSERT_EQ_I64(srv_think_detect(NULL, "{{ '<|channel>thought\\n<channel|>' }}"), SRV_THINK_CHANNEL);
+    ASSERT_EQ_I64(srv_think_detect(NULL, "{{ '<think>' }}"), SRV_THINK_TAGS);
+    ASSERT_EQ_I64(srv_think_detect(NULL, "{{ messages }}"), -1);
+    ASSERT_STR_EQ(srv_think_marks_of(SRV_THINK_CHANNEL)->close, "<channel|>");
+}
+
 int main(void)
 {
     RUN(test_data_frame_and_done);
@@ -134,5 +178,6 @@ int main(void)
     RUN(test_think_split_whole_and_bytewise);
     RUN(test_think_prompt_open_block);
     RUN(test_think_disabled_and_partial_tag_flushed);
+    RUN(test_think_channel_style);
     return TEST_DONE();
 }

@@ -2,7 +2,8 @@
  * test_srv_toolcall.c — tool-call parsing per family on hand-written model
  * outputs (from each format's documentation): complete calls, several calls,
  * every split into two chunks and byte-by-byte streaming, malformed JSON,
- * markup inside code blocks, unicode arguments, schema coercion, detection.
+ * markup inside code blocks, unicode arguments, schema coercion, detection;
+ * Gemma 4's <|tool_call> format with its <|"|> strings.
  */
 #include "server/srv_toolcall.h"
 #include "test.h"
@@ -206,6 +207,32 @@ static void test_gemma_call_syntax(void)
     EXPECT(SRV_TC_GEMMA, bad, bad, "");
 }
 
+/* Gemma 4: <|"|> strings (raw: quotes, braces and commas inside), bare keys,
+ * nested objects and arrays, schema coercion of bare values, several calls,
+ * and the <|tool_response> / stray <tool_call|> the model writes after them. */
+static void test_gemma4_call_syntax(void)
+{
+    EXPECT(SRV_TC_GEMMA4,
+           "Checking.<|tool_call>call:get_weather{city:<|\"|>Köln, \"DE\" {x}<|\"|>,days:2,metric:false,"
+           "zip:01310,opts:{a:<|\"|>x<|\"|>,b:[1,<|\"|>two<|\"|>,null,{c:true}]}}<tool_call|><|tool_response>",
+           "Checking.",
+           "get_weather {\"city\":\"Köln, \\\"DE\\\" {x}\",\"days\":2,\"metric\":false,\"zip\":\"01310\","
+           "\"opts\":{\"a\":\"x\",\"b\":[1,\"two\",null,{\"c\":true}]}}");
+    EXPECT(SRV_TC_GEMMA4,
+           "<|tool_call>call:f{}<tool_call|><|tool_call>call:g{n:1.5,s:<|\"|>a}b,c<|\"|>}<tool_call|>\n<tool_call|>",
+           "", "f {}|g {\"n\":1.5,\"s\":\"a}b,c\"}");
+    /* a quoted key; text after the calls is content */
+    EXPECT(SRV_TC_GEMMA4, "<|tool_call>call:get_weather{<|\"|>city<|\"|>:<|\"|>Oslo<|\"|>}<tool_call|>\nDone.",
+           "Done.", "get_weather {\"city\":\"Oslo\"}");
+    const char *bad = "<|tool_call>call:f{x:<|\"|>unterminated}<tool_call|>";
+    EXPECT(SRV_TC_GEMMA4, bad, bad, "");
+    /* the other Gemma's markup, and a partial marker, are text here */
+    EXPECT(SRV_TC_GEMMA4, "a <start_function_call>call:f{}<end_function_call> <|tool_",
+           "a <start_function_call>call:f{}<end_function_call> <|tool_", "");
+    /* <|tool_response> before any call is text (only the noise after a call is dropped) */
+    EXPECT(SRV_TC_GEMMA4, "x <|tool_response> y", "x <|tool_response> y", "");
+}
+
 static void test_none_family_passes_everything(void)
 {
     EXPECT(SRV_TC_NONE, "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>",
@@ -219,11 +246,15 @@ static void test_detect_from_template_text_and_names(void)
     ASSERT_EQ_I64(srv_tc_detect("{{ '[TOOL_CALLS]' }}", NULL), SRV_TC_MISTRAL);
     ASSERT_EQ_I64(srv_tc_detect("<|python_tag|>", NULL), SRV_TC_LLAMA3);
     ASSERT_EQ_I64(srv_tc_detect("<start_function_call>", NULL), SRV_TC_GEMMA);
+    ASSERT_EQ_I64(srv_tc_detect("{{- '<|tool_call>call:' + function['name'] + '{' -}}{{- '}<tool_call|>' -}}", NULL),
+                  SRV_TC_GEMMA4);
     ASSERT_EQ_I64(srv_tc_detect("{{ messages }}", NULL), SRV_TC_NONE);
     ASSERT_EQ_I64(srv_tc_family_from_name("qwen3_coder"), SRV_TC_QWEN3_CODER);
     ASSERT_EQ_I64(srv_tc_family_from_name("hermes"), SRV_TC_HERMES);
     ASSERT_EQ_I64(srv_tc_family_from_name("bogus"), -1);
     ASSERT_STR_EQ(srv_tc_family_name(SRV_TC_GEMMA), "gemma");
+    ASSERT_STR_EQ(srv_tc_family_name(SRV_TC_GEMMA4), "gemma4");
+    ASSERT_EQ_I64(srv_tc_family_from_name("gemma4"), SRV_TC_GEMMA4);
 }
 
 int main(void)
@@ -242,6 +273,7 @@ int main(void)
     RUN(test_llama3_bare_json_and_python_tag);
     RUN(test_mistral_both_forms);
     RUN(test_gemma_call_syntax);
+    RUN(test_gemma4_call_syntax);
     RUN(test_none_family_passes_everything);
     RUN(test_detect_from_template_text_and_names);
     return TEST_DONE();

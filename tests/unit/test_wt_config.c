@@ -4,6 +4,8 @@
  * (zero heads, head_dim not dividing, unsupported bits/group/architecture,
  * unreadable directory).
  */
+#include <jansson.h>
+#include <math.h>
 #include <sys/stat.h>
 
 #include "test.h"
@@ -127,18 +129,149 @@ static void test_oracle_mistral_qwen_configs(void)
     wt_config_free(&c);
 }
 
-static void test_gemma3_is_refused_with_the_supported_list(void)
+static void test_gemma3_oracle_config(void)
 {
     kiln_err err;
     wt_config c;
-    char p[512];
-    test_shared_path(p, sizeof p, "oracle/gemma3_f32/hf");
-    if (!test_path_exists(p)) TEST_SKIP("%s absent", p);
-    ASSERT_CODE(wt_config_load(p, &c, &err), KILN_E_UNSUPPORTED);
-    ASSERT_MSG_HAS("config.json");
-    ASSERT_MSG_HAS("Gemma3ForCausalLM");
-    ASSERT_MSG_HAS(wt_arch_supported_list());
+    LOAD_OR_SKIP("oracle/gemma3_f32/hf", &c);
+    ASSERT_EQ_I64(c.arch, WT_ARCH_GEMMA3);
+    ASSERT_EQ_I64(wt_config_gemma_gen(&c), 3);
+    ASSERT_STR_EQ(c.hidden_act, "gelu_pytorch_tanh");
+    ASSERT_EQ_I64(c.sliding_window, 16);
+    for (int L = 0; L < 6; L++) /* sliding_window_pattern 6: layer 5 full */
+        ASSERT_EQ_I64(c.gemma.layer_types[L], L == 5 ? WT_LAYER_FULL : WT_LAYER_SLIDING);
+    ASSERT_NEAR_F32(c.gemma.attn_scale, 1.0 / sqrt(48.0), 1e-9);
+    ASSERT_NEAR_F32(c.gemma.rope[WT_LAYER_SLIDING].theta, 10000.0, 0);
+    ASSERT_NEAR_F32(c.gemma.rope[WT_LAYER_FULL].theta, 1e6, 0);
+    ASSERT_EQ_I64(c.gemma.rope[WT_LAYER_FULL].rope.type, WT_ROPE_NONE);
+    ASSERT_NEAR_F32(c.gemma.final_softcap, 0, 0);
+    ASSERT_EQ_I64(c.gemma.global_head_dim, 32);
+    ASSERT_TRUE(c.tie_word_embeddings);
     wt_config_free(&c);
+}
+
+/* google/gemma-3-4b-it writes only a few text keys; the rest are
+ * transformers' Gemma3TextConfig defaults. */
+static void test_gemma3_multimodal_defaults(void)
+{
+    kiln_err err;
+    wt_config c;
+    const char *j = "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"model_type\":"
+                    "\"gemma3\",\"eos_token_id\":[1,106],\"text_config\":{\"hidden_size\":2560,"
+                    "\"intermediate_size\":10240,\"model_type\":\"gemma3_text\","
+                    "\"num_hidden_layers\":34,\"rope_scaling\":{\"factor\":8.0,\"rope_type\":"
+                    "\"linear\"},\"sliding_window\":1024},\"vision_config\":{\"hidden_size\":1152}}";
+    ASSERT_OK(parse(j, NULL, &c, &err));
+    ASSERT_EQ_I64(c.arch, WT_ARCH_GEMMA3_MM);
+    ASSERT_EQ_I64(c.n_heads, 8);
+    ASSERT_EQ_I64(c.n_kv_heads, 4);
+    ASSERT_EQ_I64(c.head_dim, 256);
+    ASSERT_EQ_I64(c.vocab, 262208);
+    ASSERT_EQ_I64(c.sliding_window, 1024);
+    ASSERT_NEAR_F32(c.gemma.attn_scale, 1.0 / 16.0, 1e-9);
+    ASSERT_EQ_I64(c.gemma.rope[WT_LAYER_FULL].rope.type, WT_ROPE_LINEAR);
+    ASSERT_NEAR_F32(c.gemma.rope[WT_LAYER_FULL].rope.factor, 8.0, 0);
+    ASSERT_NEAR_F32(c.gemma.rope[WT_LAYER_SLIDING].theta, 10000.0, 0);
+    ASSERT_EQ_I64(c.gemma.rope[WT_LAYER_SLIDING].rope.type, WT_ROPE_NONE);
+    ASSERT_EQ_I64(c.gemma.layer_types[5], WT_LAYER_FULL);
+    ASSERT_EQ_I64(c.gemma.layer_types[33], WT_LAYER_SLIDING);
+    ASSERT_EQ_I64(c.gemma.n_towers_skipped, 1);
+    ASSERT_EQ_I64(c.n_eos, 2);
+    wt_config_free(&c);
+}
+
+static void test_gemma4_oracle_configs(void)
+{
+    kiln_err err;
+    wt_config c;
+    LOAD_OR_SKIP("oracle-next/gemma4_e4b_like_f32/hf", &c);
+    ASSERT_EQ_I64(c.arch, WT_ARCH_GEMMA4);
+    ASSERT_EQ_I64(c.head_dim, 16);
+    ASSERT_EQ_I64(c.gemma.global_head_dim, 32);
+    ASSERT_EQ_I64(c.gemma.n_kv_shared, 3);
+    ASSERT_EQ_I64(c.gemma.pli_dim, 16);
+    ASSERT_EQ_I64(c.gemma.pli_vocab, 8272);
+    ASSERT_TRUE(c.gemma.double_wide_mlp);
+    ASSERT_TRUE(!c.gemma.k_eq_v);
+    ASSERT_NEAR_F32(c.gemma.final_softcap, 2.0, 0);
+    ASSERT_NEAR_F32(c.gemma.attn_scale, 1.0, 0);
+    ASSERT_EQ_I64(c.gemma.rope[WT_LAYER_FULL].rope.type, WT_ROPE_PROPORTIONAL);
+    ASSERT_NEAR_F32(c.gemma.rope[WT_LAYER_FULL].rope.partial_rotary_factor, 0.25, 0);
+    ASSERT_NEAR_F32(c.gemma.rope[WT_LAYER_FULL].theta, 1e6, 0);
+    ASSERT_EQ_I64(c.gemma.rope[WT_LAYER_SLIDING].rope.type, WT_ROPE_NONE);
+    ASSERT_EQ_I64(c.gemma.layer_types[3], WT_LAYER_FULL);
+    ASSERT_EQ_I64(c.gemma.layer_types[4], WT_LAYER_SLIDING);
+    ASSERT_EQ_I64(c.moe.n_experts, 0);
+    wt_config_free(&c);
+    LOAD_OR_SKIP("oracle-next/gemma4_moe_like_bf16/hf", &c);
+    ASSERT_TRUE(c.gemma.k_eq_v);
+    ASSERT_EQ_I64(c.gemma.n_global_kv_heads, 1);
+    ASSERT_EQ_I64(c.n_kv_heads, 2);
+    ASSERT_EQ_I64(c.moe.n_experts, 8);
+    ASSERT_EQ_I64(c.moe.top_k, 2);
+    ASSERT_EQ_I64(c.moe.ffn, 32);
+    ASSERT_EQ_I64(c.gemma.pli_dim, 0);
+    wt_config_free(&c);
+}
+
+/* The e4b-like oracle config with text_config key `key` set to `val` (JSON;
+ * NULL deletes the key), parsed. */
+static kiln_code parse_gemma4_edit(const char *key, const char *val, wt_config *c, kiln_err *err,
+                                   int *skip)
+{
+    char p[512];
+    test_shared_path(p, sizeof p, "oracle-next/gemma4_e4b_like_f32/hf/config.json");
+    *skip = !test_path_exists(p);
+    if (*skip) return KILN_OK;
+    json_t *root = json_load_file(p, 0, NULL), *tc = json_object_get(root, "text_config");
+    if (val)
+        json_object_set_new(tc, key, json_loads(val, JSON_DECODE_ANY, NULL));
+    else
+        json_object_del(tc, key);
+    char *text = json_dumps(root, 0);
+    kiln_code r = parse(text, NULL, c, err);
+    free(text);
+    json_decref(root);
+    return r;
+}
+
+#define GEMMA4_EDIT(key, val, code, msg)                                                           \
+    do {                                                                                           \
+        int skip_;                                                                                 \
+        kiln_code r_ = parse_gemma4_edit(key, val, &c, &err, &skip_);                              \
+        if (skip_) TEST_SKIP("gemma4 oracle absent");                                              \
+        ASSERT_CODE(r_, code);                                                                     \
+        if (code != KILN_OK) ASSERT_MSG_HAS(msg);                                                  \
+        wt_config_free(&c);                                                                        \
+    } while (0)
+
+/* Keys whose defaults differ between transformers and mlx-lm are required. */
+static void test_gemma4_requires_keys_sources_disagree_on(void)
+{
+    kiln_err err;
+    wt_config c;
+    GEMMA4_EDIT("layer_types", NULL, KILN_E_INVALID, "lacks 'layer_types'");
+    GEMMA4_EDIT("final_logit_softcapping", NULL, KILN_E_INVALID, "final_logit_softcapping");
+    GEMMA4_EDIT("final_logit_softcapping", "null", KILN_OK, "");
+    GEMMA4_EDIT("num_kv_shared_layers", NULL, KILN_E_INVALID, "num_kv_shared_layers");
+    GEMMA4_EDIT("use_double_wide_mlp", NULL, KILN_E_INVALID, "use_double_wide_mlp");
+    GEMMA4_EDIT("hidden_size_per_layer_input", NULL, KILN_E_INVALID, "hidden_size_per_layer_input");
+    GEMMA4_EDIT("rope_parameters", NULL, KILN_E_INVALID, "rope_parameters");
+    GEMMA4_EDIT("num_key_value_heads", NULL, KILN_E_INVALID, "num_key_value_heads");
+    GEMMA4_EDIT("num_kv_shared_layers", "8", KILN_E_INVALID, "leaves no layer");
+    GEMMA4_EDIT("layer_types", "[\"sliding_attention\"]", KILN_E_INVALID, "one kind per layer");
+    GEMMA4_EDIT("layer_types",
+                "[\"chunked_attention\",\"sliding_attention\",\"sliding_attention\","
+                "\"full_attention\",\"sliding_attention\",\"sliding_attention\","
+                "\"sliding_attention\",\"full_attention\"]",
+                KILN_E_UNSUPPORTED, "chunked_attention");
+    GEMMA4_EDIT("rope_parameters",
+                "{\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":10000},"
+                "\"full_attention\":{\"rope_type\":\"yarn\",\"rope_theta\":1e6}}",
+                KILN_E_UNSUPPORTED, "yarn");
+    GEMMA4_EDIT("hidden_activation", "\"silu\"", KILN_E_UNSUPPORTED, "silu");
+    GEMMA4_EDIT("enable_moe_block", "true", KILN_E_INVALID, "num_experts");
+    GEMMA4_EDIT("use_bidirectional_attention", "\"all\"", KILN_E_UNSUPPORTED, "non-causal");
 }
 
 static void test_stories260k_config(void)
@@ -505,7 +638,10 @@ int main(void)
 {
     RUN(test_oracle_llama_configs);
     RUN(test_oracle_mistral_qwen_configs);
-    RUN(test_gemma3_is_refused_with_the_supported_list);
+    RUN(test_gemma3_oracle_config);
+    RUN(test_gemma3_multimodal_defaults);
+    RUN(test_gemma4_oracle_configs);
+    RUN(test_gemma4_requires_keys_sources_disagree_on);
     RUN(test_stories260k_config);
     RUN(test_emulated_mlx_configs);
     RUN(test_zero_heads_layers_hidden_are_invalid);

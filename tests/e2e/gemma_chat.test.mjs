@@ -1,0 +1,165 @@
+// gemma_chat.test.mjs — Gemma 4's chat format through the official clients
+// against a real kiln server on a random-weight Gemma 4 model that has Gemma
+// 4's control tokens and Google's canonical chat template.
+//   node gemma_chat.test.mjs --url URL --template FILE
+// A random model never writes a call or a thought by itself, so both are
+// made to happen: a named tool_choice makes the server open the call
+// (`<|tool_call>call:get_weather{`), logit_bias on "}" and max_tokens 1 close
+// it (an unclosed call at the end of the output is parsed, as the model may
+// stop before <tool_call|>); a conversation that ends in a tool response
+// with thinking on makes the template open the thought channel, and
+// logit_bias on "a" makes the reasoning "aaaa". The point is protocol
+// shape: markup never reaches content, calls and reasoning reach every API.
+import OpenAI from "openai";
+import Anthropic from "@anthropic-ai/sdk";
+import { test, done, assert, arg, post } from "./harness.mjs";
+import fs from "node:fs";
+import { createRequire } from "node:module";
+
+let Template = null;
+try { Template = createRequire(import.meta.url)("../tokenizer/node_modules/@huggingface/jinja").Template; } catch { /* skipped */ }
+const URL_ = arg("--url");
+const TEMPLATE = fs.readFileSync(arg("--template"), "utf8");
+const oa = new OpenAI({ apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 60000 });
+const an = new Anthropic({ apiKey: "none", baseURL: URL_, maxRetries: 0, timeout: 60000 });
+const TOOLS = [{ type: "function", function: { name: "get_weather", description: "Weather for a city",
+  parameters: { type: "object", properties: { city: { type: "string" }, days: { type: "integer" } }, required: ["city"] } } }];
+const A_TOOLS = [{ name: "get_weather", description: "Weather for a city",
+  input_schema: { type: "object", properties: { city: { type: "string" } } } }];
+const R_TOOLS = [{ type: "function", name: "get_weather", description: "Weather for a city",
+  parameters: { type: "object", properties: { city: { type: "string" } } } }];
+const NAMED = { type: "function", function: { name: "get_weather" } };
+const ID = {}; // token ids
+const force = () => ({ logit_bias: { [ID["}"]]: 100 }, max_tokens: 1, temperature: 0, parallel_tool_calls: false });
+// a finished tool exchange: with thinking on, the template ends the prompt in an open thought channel
+const LOOP = [
+  { role: "system", content: "Be brief." },
+  { role: "user", content: "Weather in Paris?" },
+  { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+    function: { name: "get_weather", arguments: "{\"city\": \"Paris\", \"days\": 2}" } }] },
+  { role: "tool", tool_call_id: "call_1", content: "{\"temp\": 18, \"sky\": \"cloudy\"}" },
+];
+const THINK = { chat_template_kwargs: { enable_thinking: true } };
+
+async function tokens(body) {
+  const r = await post(`${URL_}/tokenize`, body);
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  return r.json.tokens;
+}
+
+test("setup: token ids (Gemma 4's markers are single special tokens)", async () => {
+  for (const t of ["}", "a", "<|tool_response>", "<|tool_call>", "<|channel>", "<|\"|>"]) {
+    const ids = await tokens({ prompt: t, add_special_tokens: false });
+    assert.equal(ids.length, 1, t);
+    ID[t] = ids[0];
+  }
+});
+
+test("chat: prompts equal @huggingface/jinja's render of Google's template (tools, tool_call_id, thinking)", async () => {
+  if (!Template) { console.log("  (no @huggingface/jinja in tests/tokenizer/node_modules: skipped)"); return; }
+  for (const [messages, kw] of [[LOOP, { enable_thinking: true }], [LOOP.slice(0, 2), {}],
+    [[...LOOP, { role: "assistant", content: "18 and cloudy." }, { role: "user", content: "Thanks" }], { enable_thinking: false }]]) {
+    const norm = messages.map((m) => m.tool_calls ? { ...m, tool_calls: m.tool_calls.map((c) => ({ ...c,
+      function: { ...c.function, arguments: JSON.parse(c.function.arguments) } })) } : m);
+    const text = new Template(TEMPLATE).render({ messages: norm, tools: TOOLS, add_generation_prompt: true,
+      bos_token: "<|begin_of_text|>", ...kw });
+    const want = await tokens({ prompt: text, add_special_tokens: false });
+    const got = await tokens({ messages, tools: TOOLS, chat_template_kwargs: kw });
+    assert.deepEqual(got, want, "kiln's prompt differs from @huggingface/jinja's render");
+  }
+});
+
+test("chat: a forced call in Gemma 4's syntax comes back as message.tool_calls", async () => {
+  const r = await oa.chat.completions.create({ model: "x", messages: [{ role: "user", content: "Weather in Paris?" }],
+    tools: TOOLS, tool_choice: NAMED, ...force() });
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, "tool_calls");
+  assert.equal(c.message.content, null);
+  assert.equal(c.message.tool_calls.length, 1);
+  assert.match(c.message.tool_calls[0].id, /^call_/);
+  assert.equal(c.message.tool_calls[0].function.name, "get_weather");
+  assert.deepEqual(JSON.parse(c.message.tool_calls[0].function.arguments), {});
+});
+
+test("chat: streamed, the call arrives as deltas and no markup reaches content", async () => {
+  const s = await oa.chat.completions.create({ model: "x", messages: [{ role: "user", content: "Weather?" }],
+    tools: TOOLS, tool_choice: NAMED, stream: true, ...force() });
+  const deltas = []; let finish = null, content = "";
+  for await (const ch of s) for (const c of ch.choices) {
+    if (c.delta.tool_calls) deltas.push(...c.delta.tool_calls);
+    if (c.delta.content) content += c.delta.content;
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  assert.equal(finish, "tool_calls");
+  assert.equal(content, "");
+  assert.equal(deltas[0].function.name, "get_weather");
+  assert.deepEqual(JSON.parse(deltas.map((d) => d.function?.arguments ?? "").join("")), {});
+});
+
+test("chat: <|tool_response> ends the turn when the request has tools (and is text without)", async () => {
+  const bias = { logit_bias: { [ID["<|tool_response>"]]: 100 }, max_tokens: 3, temperature: 0 };
+  const r = await oa.chat.completions.create({ model: "x", messages: [{ role: "user", content: "hi" }], tools: TOOLS, ...bias });
+  assert.equal(r.choices[0].finish_reason, "stop");
+  assert.equal(r.usage.completion_tokens, 1);
+  assert.ok(!r.choices[0].message.content, JSON.stringify(r.choices[0].message));
+  const p = await oa.chat.completions.create({ model: "x", messages: [{ role: "user", content: "hi" }], ...bias });
+  assert.equal(p.choices[0].finish_reason, "length");
+  assert.equal(p.choices[0].message.content, "<|tool_response>".repeat(3));
+});
+
+test("thinking: after a tool response the thought channel is reasoning, plain and streamed", async () => {
+  const body = { model: "x", messages: LOOP, tools: TOOLS, logit_bias: { [ID.a]: 100 }, max_tokens: 4, temperature: 0, ...THINK };
+  const r = await oa.chat.completions.create(body);
+  const m = r.choices[0].message;
+  assert.equal(m.reasoning, "aaaa");
+  assert.equal(m.reasoning_content, "aaaa");
+  assert.ok(!m.content, JSON.stringify(m));
+  assert.equal(r.usage.completion_tokens_details.reasoning_tokens, 4);
+  const s = await oa.chat.completions.create({ ...body, stream: true });
+  let reasoning = "", content = "";
+  for await (const ch of s) for (const c of ch.choices) { reasoning += c.delta.reasoning ?? ""; content += c.delta.content ?? ""; }
+  assert.equal(reasoning, "aaaa");
+  assert.equal(content, "");
+  // thinking off: the same conversation's prompt does not open the channel, the text is content
+  const off = await oa.chat.completions.create({ ...body, chat_template_kwargs: { enable_thinking: false } });
+  assert.equal(off.choices[0].message.content, "aaaa");
+  assert.ok(!off.choices[0].message.reasoning);
+});
+
+test("thinking: the model's own <|channel>thought\\n…<channel|> block is reasoning, the rest content", async () => {
+  // the model writes <|channel> (forced); "thought\n" never comes from a random model, so what follows is reasoning
+  const r = await oa.chat.completions.create({ model: "x", messages: [{ role: "user", content: "2+2?" }], ...THINK,
+    logit_bias: { [ID["<|channel>"]]: 100 }, max_tokens: 1, temperature: 0 });
+  const m = r.choices[0].message;
+  assert.ok(!m.content, JSON.stringify(m)); // the tag itself never shows
+});
+
+test("anthropic: a forced tool_use block and a thinking block after tool_result", async () => {
+  const m = await an.messages.create({ model: "x", max_tokens: 1, messages: [{ role: "user", content: "Weather?" }],
+    tools: A_TOOLS, tool_choice: { type: "tool", name: "get_weather", disable_parallel_tool_use: true }, temperature: 0,
+    logit_bias: { [ID["}"]]: 100 } });
+  assert.equal(m.stop_reason, "tool_use");
+  const tu = m.content.find((b) => b.type === "tool_use");
+  assert.ok(tu, JSON.stringify(m.content));
+  assert.equal(tu.name, "get_weather");
+  assert.deepEqual(tu.input, {});
+  const m2 = await an.messages.create({ model: "x", max_tokens: 4, temperature: 0, tools: A_TOOLS,
+    thinking: { type: "enabled", budget_tokens: 1024 }, logit_bias: { [ID.a]: 100 }, messages: [
+      { role: "user", content: "Weather?" },
+      { role: "assistant", content: [tu] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: tu.id, content: "sunny" }] }] });
+  assert.equal(m2.content[0].type, "thinking", JSON.stringify(m2.content));
+  assert.equal(m2.content[0].thinking, "aaaa");
+});
+
+test("responses: a function_call item from Gemma 4's syntax", async () => {
+  const r = await oa.responses.create({ model: "x", input: "Weather?", tools: R_TOOLS,
+    tool_choice: { type: "function", name: "get_weather" }, logit_bias: { [ID["}"]]: 100 }, max_output_tokens: 1,
+    temperature: 0, parallel_tool_calls: false });
+  const fc = r.output.find((o) => o.type === "function_call");
+  assert.ok(fc, JSON.stringify(r.output));
+  assert.equal(fc.name, "get_weather");
+  assert.deepEqual(JSON.parse(fc.arguments), {});
+});
+
+await done();
