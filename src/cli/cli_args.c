@@ -33,6 +33,15 @@ static int set_value(const char *verb, cli_flag *f, const char *v)
     errno = 0;
     switch (f->type) {
     case CLI_STR: *(const char **)f->dst = v; return 0;
+    case CLI_LIST: {
+        cli_list *l = f->dst;
+        if (l->n >= CLI_LIST_MAX) {
+            fprintf(stderr, "kiln %s: --%s: at most %d times\n", verb, f->name, CLI_LIST_MAX);
+            return 2;
+        }
+        l->v[l->n++] = v;
+        return 0;
+    }
     case CLI_INT: {
         long long x = strtoll(v, &end, 10);
         if (errno || !*v || *end) break;

@@ -16,12 +16,19 @@
 
 #include <stdint.h>
 
-typedef enum { CLI_STR, CLI_INT, CLI_FLOAT, CLI_BOOL } cli_type;
+typedef enum { CLI_STR, CLI_INT, CLI_FLOAT, CLI_BOOL, CLI_LIST } cli_type;
+
+/* A repeatable string flag (CLI_LIST): every value in order. */
+#define CLI_LIST_MAX 32
+typedef struct {
+    const char *v[CLI_LIST_MAX]; /* BORROWED from argv */
+    int n;
+} cli_list;
 
 typedef struct {
     const char *name; /* without the leading -- ; NULL ends the table */
     cli_type type;
-    void *dst;        /* const char **, int64_t *, double *, int * */
+    void *dst;        /* const char **, int64_t *, double *, int *, cli_list * */
     const char *meta; /* "N", "DIR" ... */
     const char *help;
     int seen;         /* OUT: set when given */

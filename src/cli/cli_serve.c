@@ -19,6 +19,7 @@
 #include "kv/kv_pool.h"
 #include "kv/kv_ssd.h"
 #include "kernels/kn_cpu.h"
+#include "cli/cli_lora.h"
 #include "server/srv.h"
 #include "server/srv_toolcall.h"
 #include "tokenizer/tok.h"
@@ -56,6 +57,9 @@ typedef struct {
     const char *spec;      /* --spec off|ngram */
     int64_t spec_max_draft, spec_ngram; /* --spec-max-draft N, --spec-ngram N */
     cli_kv_flags kv;
+    cli_list lora;              /* --lora NAME=DIR (repeatable) */
+    const char *lora_dir;       /* --lora-dir DIR: every adapter folder in it */
+    const char *lora_default;   /* --lora-default NAME */
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -170,6 +174,7 @@ typedef struct {
     eng_engine *eng;
     srv_server *srv;
     kv_ssd *ssd;
+    cli_loras loras;
 } serve_state;
 
 static void serve_close(serve_state *st)
@@ -184,6 +189,7 @@ static void serve_close(serve_state *st)
                   (unsigned long long)fr.pending);
     }
     eng_engine_stop(st->eng);
+    cli_loras_free(&st->loras); /* after the engine: no request runs with them any more */
     kv_ssd_close(st->ssd, 5.0);
     tok_destroy(st->tok);
     eng_runtime_close(st->rt);
@@ -275,6 +281,10 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         serve_close(&st);
         return cli_fail("serve", &err);
     }
+    if (cli_loras_load(st.rt->model, &f->lora, f->lora_dir, &st.loras, &err)) {
+        serve_close(&st);
+        return cli_fail("serve", &err);
+    }
     eng_engine_opts eo = eng_engine_opts_default();
     eo.max_queue = (int32_t)f->max_queue;
     if (f->max_stall_ms >= 0) eo.max_stall_s = f->max_stall_ms / 1000.0;
@@ -323,7 +333,10 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
                    .n_threads = st.rt->o.n_threads,
                    .admission = &plan,
                    .kv_budget_bytes = eo.kv_budget_bytes,
-                   .fit_json = fit_json};
+                   .fit_json = fit_json,
+                   .adapters = st.loras.ads,
+                   .n_adapters = st.loras.n,
+                   .default_adapter = f->lora_default};
     int arc = srv_attach(st.srv, &m, &err);
     free(fit_json);
     if (arc) {
@@ -338,6 +351,13 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
            (double)es.kv.bytes / 1048576.0, st.rt->kv_desc);
     printf("kiln: chat page at http://%s:%d/\n", f->host, srv_port(st.srv));
     if (f->unix_path) printf("kiln: also serving on unix:%s\n", f->unix_path);
+    for (int i = 0; i < st.loras.n; i++) {
+        mdl_lora_info li = mdl_lora_get_info(st.loras.ads[i].lora);
+        printf("kiln: adapter %s%s (%s, rank %d, scale %g, %s; %.1f MiB)\n", st.loras.ads[i].name,
+               f->lora_default && !strcmp(f->lora_default, st.loras.ads[i].name) ? " [default]" : "",
+               li.format == MDL_LORA_PEFT ? "peft" : "mlx-lm", (int)li.rank, (double)li.scale,
+               li.targets, li.bytes / 1048576.0);
+    }
     if (plan.budget_bytes)
         printf("kiln: memory budget %.3f GB: max safe context %d tokens, enforced %d (%s), %.1f "
                "MiB usable for KV\n",
@@ -380,6 +400,13 @@ int cli_serve(int argc, char **argv)
          0},
         {"offline", CLI_BOOL, &f.offline, NULL,
          "never download: a repo id must already be in the cache (also HF_HUB_OFFLINE=1)", 0},
+        {"lora", CLI_LIST, &f.lora, "NAME=DIR",
+         "load a LoRA adapter (PEFT or mlx-lm folder) served as model NAME or BASE:NAME; "
+         "repeatable (docs/lora.md)", 0},
+        {"lora-dir", CLI_STR, &f.lora_dir, "DIR",
+         "load every adapter folder under DIR, each named after its folder", 0},
+        {"lora-default", CLI_STR, &f.lora_default, "NAME",
+         "the adapter requests get when they name none (default: the base model)", 0},
         {"data-dir", CLI_STR, &f.data_dir, "DIR",
          "where the chat page's conversations are kept (default $XDG_DATA_HOME/kiln, else "
          "~/.local/share/kiln; '' = not kept)",

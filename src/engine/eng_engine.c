@@ -33,6 +33,7 @@
 #include "util/plat.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -341,6 +342,12 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
         return kiln_fail(err, KILN_E_INVALID, "max_tokens must be >= 1, got %d", (int)p->max_tokens);
     if (p->n_stop < 0 || p->n_stop > ENG_MAX_STOP)
         return kiln_fail(err, KILN_E_INVALID, "at most %d stop strings", ENG_MAX_STOP);
+    if (p->lora.n < 0 || p->lora.n > MDL_LORA_MAX_STACK)
+        return kiln_fail(err, KILN_E_INVALID, "at most %d adapters per request", MDL_LORA_MAX_STACK);
+    for (int i = 0; i < p->lora.n; i++)
+        if (!mdl_lora_for_model(p->lora.a[i], e->rt->model) || !isfinite(p->lora.scale[i]))
+            return kiln_fail(err, KILN_E_INVALID, "adapter %d: not loaded for this model, or its "
+                             "scale is not a finite number", i);
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0])
             return kiln_fail(err, KILN_E_INVALID, "stop strings must not be empty");
@@ -811,7 +818,7 @@ static void engine_admit(eng_engine *e)
             if (e->o.ckpt_every > 0 && !h->p.grammar && ckpt_resume(e, h)) continue; /* ended in the replay */
         }
         /* pooling every position needs every row computed: no cached prefix stands in */
-        int32_t hit = eng_pool_needs_all(h->p.pooling) ? 0 : eng_seq_attach_prefix(h->seq, e->rt->kv, e->ns);
+        int32_t hit = eng_pool_needs_all(h->p.pooling) ? 0 : eng_seq_attach_prefix(h->seq, e->rt->kv, mdl_lora_set_ns(&h->p.lora, e->ns));
         if (!h->admitted_once) h->cached_tokens = hit < h->p.n_prompt ? hit : h->p.n_prompt;
         h->admitted_once = 1;
         h->kv_proj = proj;
@@ -1045,7 +1052,8 @@ static int32_t engine_plan(eng_engine *e)
                 return -1;
             }
             e->owners[n] = h;
-            e->items[n++] = (eng_step_item){.seq = h->seq, .max_tokens = take};
+            e->items[n++] = (eng_step_item){
+                .seq = h->seq, .max_tokens = take, .lora = h->p.lora.n > 0 ? &h->p.lora : NULL};
             budget -= take;
         }
     }
@@ -1331,7 +1339,7 @@ static void ckpt_save(eng_engine *e, eng_handle *h)
  * the PRNG. Returns 1 when the request ended during the replay (h is gone). */
 static int ckpt_resume(eng_engine *e, eng_handle *h)
 {
-    h->ckpt_id = eng_ckpt_identity(&h->p, e->rt->ns);
+    h->ckpt_id = eng_ckpt_identity(&h->p, mdl_lora_set_ns(&h->p.lora, e->rt->ns));
     eng_ckpt ck;
     if (eng_ckpt_load(e->o.ssd, h->ckpt_id, h->p.n_prompt, &ck, NULL) != KILN_OK) return 0;
     if (ck.n_gen >= h->p.max_tokens) { /* cannot come from this request: ignore */

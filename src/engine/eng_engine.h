@@ -74,6 +74,10 @@ typedef struct {
      * sampled (max_tokens and sp are ignored). Modes that read every position take no
      * cached prefix (last-token pooling does). */
     eng_pooling pooling;
+    /* LoRA adapters (mdl_lora.h), applied in order; n == 0 = the base model. The
+     * adapters are BORROWED until the request's DONE/ERROR event; prefix-cache
+     * blocks and generation checkpoints are keyed by the set and its scales. */
+    mdl_lora_set lora;
     /* speculative decoding (eng_spec.h, docs/speculative.md): DEFAULT = the
      * engine's opts.spec; OFF or NGRAM for this request. max_draft 0 = the
      * engine's (capped at ENG_SPEC_MAX_DRAFT). Never changes the tokens. */

@@ -516,6 +516,7 @@ static kiln_code step_items(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int3
             /* every known token: chunking never changes RoPE; drafts are not known
              * tokens (plain decoding would not have them yet) */
             .rope_len = s->n_tokens - s->n_draft,
+            .lora = it->lora,
         };
         for (int g = 0; g < s->n_groups; g++)
             seqs[i].blocks[g] = s->blocks[g];
@@ -552,9 +553,10 @@ static kiln_code step_items(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int3
     used = 0;
     for (int32_t i = 0; i < n_items; i++) {
         eng_seq *s = items[i].seq;
+        uint64_t lns = mdl_lora_set_ns(items[i].lora, ns); /* adapters: their own namespace */
         s->n_cached += items[i].n_run;
-        publish_full(s, kv, ns);
-        if (state) snaps_done(s, kv, ns, snap_pos + used, snap_b + used, snap_n[i]);
+        publish_full(s, kv, lns);
+        if (state) snaps_done(s, kv, lns, snap_pos + used, snap_b + used, snap_n[i]);
         used += state ? snap_n[i] : 0;
         drop_old(s, kv);
     }

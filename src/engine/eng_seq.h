@@ -79,6 +79,8 @@ typedef struct {
     int32_t max_tokens;  /* at most this many pending tokens this step (>= 1) */
     int32_t all_logits;  /* 1: logits for every token run, else only the last (if it
                             is the sequence's last pending token) */
+    const mdl_lora_set *lora; /* BORROWED or NULL: the sequence's LoRA adapters; its full
+                            blocks are published under mdl_lora_set_ns(lora, ns) */
     /* OUT (set by eng_step_run) */
     int32_t n_run;       /* tokens run */
     int32_t n_logits;    /* rows written to logits for this item */

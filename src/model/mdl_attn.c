@@ -170,14 +170,17 @@ void mdl_attn_forward(mdl_step *s)
     int64_t qd = (int64_t)p->n_heads * p->head_dim, kd = (int64_t)p->n_kv_heads * p->head_dim;
     kn_matmul(pool, &at->wq, s->h, T, p->attn_gate ? s->mix : s->q);
     mdl_add_bias_rows(p->attn_gate ? s->mix : s->q, at->bq, T, p->attn_gate ? 2 * qd : qd);
+    mdl_lora_apply(s, MDL_LT_Q, s->h, H, p->attn_gate ? s->mix : s->q, p->attn_gate ? 2 * qd : qd);
     if (p->kv_src == s->layer) {
         kn_matmul(pool, &at->wk, s->h, T, s->k);
         mdl_add_bias_rows(s->k, at->bk, T, kd);
+        mdl_lora_apply(s, MDL_LT_K, s->h, H, s->k, kd);
         if (p->k_eq_v) { /* V is the raw K projection; both are stored after their norms */
             memcpy(s->v, s->k, sizeof(float) * (size_t)(T * kd));
         } else {
             kn_matmul(pool, &at->wv, s->h, T, s->v);
             mdl_add_bias_rows(s->v, at->bv, T, kd);
+            mdl_lora_apply(s, MDL_LT_V, s->h, H, s->v, kd);
         }
     }
     kn_pool_for(pool, T, s->grain, qkv_rows, s);
@@ -186,6 +189,7 @@ void mdl_attn_forward(mdl_step *s)
     if (p->attn_gate) kn_pool_for(pool, T, s->grain, gate_rows, s);
     kn_matmul(pool, &at->wo, s->att, T, s->h);
     mdl_add_bias_rows(s->h, at->bo, T, H);
+    mdl_lora_apply(s, MDL_LT_O, s->att, qd, s->h, H);
 }
 
 kiln_code mdl_attn_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err)

@@ -181,6 +181,16 @@ static kiln_code check_batch(const mdl_ctx *cx, const kv_pool *kv, const mdl_seq
                         "given back",
                         (int)i, (long long)j, g, (int)s->pos0);
         }
+        if (s->lora) {
+            if (s->lora->n < 0 || s->lora->n > MDL_LORA_MAX_STACK)
+                return kiln_fail(err, KILN_E_INVALID, "sequence %d: %d adapters (limit %d)",
+                                 (int)i, (int)s->lora->n, MDL_LORA_MAX_STACK);
+            for (int32_t k = 0; k < s->lora->n; k++)
+                if (!mdl_lora_for_model(s->lora->a[k], cx->m))
+                    return kiln_fail(err, KILN_E_INVALID,
+                                     "sequence %d: adapter %d was not loaded for this model",
+                                     (int)i, (int)k);
+        }
         if (kv_pool_has_state(kv)) { /* recurrent layers: a working state, snapshots in order */
             if (s->state < 0)
                 return kiln_fail(err, KILN_E_INVALID, "sequence %d: no recurrent state block",
@@ -317,6 +327,8 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
                          "step of %d tokens is over the hidden-state tap's %d rows", (int)s.T,
                          (int)cx->hidden_rows);
     s.grain = s.T > 64 ? 16 : 1;
+    for (int32_t i = 0; i < n_seqs; i++)
+        if (seqs[i].lora && seqs[i].lora->n > 0) s.any_lora = 1;
     arena_reset(&cx->ar);
     if ((rc = step_alloc(&s, err))) return rc;
     embed_tokens(&s);

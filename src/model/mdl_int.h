@@ -12,6 +12,7 @@
 #define KILN_MDL_INT_H
 
 #include "kernels/kn_mat.h"
+#include "model/mdl_lora.h"
 #include "model/mdl_model.h"
 #include "model/mdl_plan.h"
 #include "util/arena.h"
@@ -151,12 +152,21 @@ struct mdl_step {
     float *pli_tmp;             /* [n_threads, L*P] */
     const float *norm_w;        /* the weight norm_rows applies */
     int64_t grain;              /* pool grain over tokens */
+    int any_lora;               /* some sequence carries a non-empty mdl_lora_set */
 };
 
 /* y[t] += b for t < T (b NULL: nothing). */
 void mdl_add_bias_rows(float *y, const float *b, int64_t T, int64_t n);
 /* out = RMSNorm(in, w) for every token row (w NULL: no weight), through the pool. */
 void mdl_norm_rows(mdl_step *s, float *out, const float *in, const float *w, int64_t n);
+
+/* ---------------------------------------------------------------- LoRA (mdl_lora.c) */
+/* The projections an adapter may target, in the order of their slots. */
+enum { MDL_LT_Q, MDL_LT_K, MDL_LT_V, MDL_LT_O, MDL_LT_GATE, MDL_LT_UP, MDL_LT_DOWN, MDL_LT_COUNT };
+/* out[t] += the low-rank updates of target tg (of layer s->layer) of the
+ * adapters of row t's sequence; in [T, in_dim] is the projection's input. */
+void mdl_lora_apply(mdl_step *s, int tg, const float *in, int64_t in_dim, float *out,
+                    int64_t out_dim);
 
 /* ---------------------------------------------------------------- kinds */
 /* mdl_attn.c: reads s->h (normed input), writes the block output into s->h. */

@@ -31,9 +31,12 @@ void mdl_mlp_forward(mdl_step *s)
     kn_matmul(s->pool, &f->up, s->h, T, s->u);
     mdl_add_bias_rows(s->g, f->b_gate, T, F);
     mdl_add_bias_rows(s->u, f->b_up, T, F);
+    mdl_lora_apply(s, MDL_LT_GATE, s->h, H, s->g, F);
+    mdl_lora_apply(s, MDL_LT_UP, s->h, H, s->u, F);
     kn_pool_for(s->pool, T, s->grain, act_rows, s);
     kn_matmul(s->pool, &f->down, s->g, T, s->h);
     mdl_add_bias_rows(s->h, f->b_down, T, H);
+    mdl_lora_apply(s, MDL_LT_DOWN, s->g, F, s->h, H);
 }
 
 kiln_code mdl_mlp_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err)

@@ -21,6 +21,7 @@
 
 #include "kernels/kn_pool.h"
 #include "kv/kv_pool.h"
+#include "model/mdl_lora.h"
 #include "model/mdl_plan.h"
 #include "util/kiln_err.h"
 #include "weights/wt_config.h"
@@ -51,6 +52,8 @@ typedef struct {
                                        (pos0, pos0 + n_tokens]: the state after position
                                        snap_pos[k] - 1 ... */
     const kv_block_id *snap_blocks; /* BORROWED [n_snaps]: ... is copied into this state block */
+    const mdl_lora_set *lora; /* BORROWED or NULL: the LoRA adapters this sequence runs with
+                                 (mdl_lora.h); NULL or n == 0 = the base model */
 } mdl_seq;
 
 typedef struct {

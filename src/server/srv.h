@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "server/srv_lora.h"
 #include "engine/eng_admit.h"
 #include "engine/eng_engine.h"
 #include "tokenizer/tok.h"
@@ -83,6 +84,10 @@ typedef struct {
                                  (/stats admission, context_over_budget errors); NULL = none */
     uint64_t kv_budget_bytes; /* --kv-budget (for /stats); 0 = none */
     const char *fit_json;     /* BORROWED during srv_attach (copied): GET /fit body; NULL = 404 */
+    const srv_adapter *adapters; /* BORROWED during srv_attach (names copied; the adapters
+                                    must outlive the server): LoRA adapters by name */
+    int n_adapters;
+    const char *default_adapter; /* one of their names: requests that name none use it; NULL = base */
 } srv_model;
 
 /* API */

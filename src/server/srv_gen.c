@@ -287,6 +287,10 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
         p.n_stop_ids = 1;
     }
     p.want_logprobs = r->logprobs;
+    if (srv_lora_resolve(&s->lora, s->model_id, r->model, r->has_adapters ? r->adapter_names : NULL,
+                         r->adapter_scales, r->n_adapters, &p.lora, &g->meta.model, e))
+        return -1;
+    if (!g->meta.model) g->meta.model = s->model_id; /* else the adapter's id, as requested */
     p.grammar = g->grammar;
     p.grammar_triggers = g->gtrig;
     p.n_grammar_triggers = g->n_gtrig;

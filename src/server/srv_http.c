@@ -1010,6 +1010,14 @@ kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
         if (!s->fit) return kiln_fail(err, KILN_E_INTERNAL, "fit report: %s", je.text);
     }
     s->cfg.n_threads = m->n_threads;
+    int dflt = -1;
+    for (int i = 0; m->default_adapter && i < m->n_adapters; i++)
+        if (strcmp(m->adapters[i].name, m->default_adapter) == 0) dflt = i;
+    if (m->default_adapter && dflt < 0)
+        return kiln_fail(err, KILN_E_INVALID, "--lora-default %s: no adapter of that name",
+                         m->default_adapter);
+    kiln_code lrc = srv_lora_table_init(&s->lora, m->adapters, m->n_adapters, dflt, err);
+    if (lrc) return lrc;
     if (s->model_dir) {
         kiln_err e2;
         kiln_code rc = srv_chat_load(s->model_dir, &s->chat, &e2);
@@ -1097,6 +1105,7 @@ void srv_stop(srv_server *s)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->host);
+    srv_lora_table_free(&s->lora);
     free(s->model_id);
     free(s->model_dir);
     free(s->api_key);

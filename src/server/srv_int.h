@@ -31,6 +31,7 @@ struct srv_server {
     _Atomic(eng_engine *) engine; /* BORROWED; NULL until srv_attach */
     const tok_tokenizer *tok;     /* BORROWED; set before engine */
     srv_chat *chat;               /* OWNED; NULL: no chat template */
+    srv_lora_table lora;          /* OWNED: adapters by name (srv_lora.h), fixed at srv_attach */
     srv_rstore *rstore;           /* OWNED: Responses API store (previous_response_id) */
     srv_tc_family tool_family;    /* how tool calls are parsed (set by srv_attach) */
     srv_metrics *metrics;         /* OWNED */

@@ -389,6 +389,36 @@ static kiln_code parse_thinking(const json_t *root, srv_request *r, char *param,
     return KILN_OK;
 }
 
+/* "adapters": [{"name": "sql", "scale": 0.5}, ...] (kiln's extension, docs/lora.md) */
+static kiln_code parse_adapters(const json_t *root, srv_request *r, char *param, kiln_err *err)
+{
+    json_t *a = field(root, "adapters");
+    if (!a) return KILN_OK;
+    if (!json_is_array(a)) return bad(err, param, "adapters", "'%s' must be an array, got %s", type_name(a));
+    if (json_array_size(a) > MDL_LORA_MAX_STACK)
+        return bad(err, param, "adapters", "'%s' holds at most 8 adapters%s", "");
+    r->has_adapters = true;
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v) {
+        json_t *nm = json_is_object(v) ? json_object_get(v, "name") : NULL;
+        json_t *sc = json_is_object(v) ? json_object_get(v, "scale") : NULL;
+        if (!json_is_string(nm) || json_string_length(nm) == 0 || json_string_length(nm) > 128)
+            return bad(err, param, "adapters", "each item of '%s' needs a \"name\" string%s", "");
+        double scale = 1.0;
+        if (sc && !json_is_null(sc)) {
+            if (!json_is_number(sc) || !isfinite(json_number_value(sc)) ||
+                fabs(json_number_value(sc)) > 1e6)
+                return bad(err, param, "adapters", "'%s': \"scale\" must be a finite number%s", "");
+            scale = json_number_value(sc);
+        }
+        r->adapter_names[r->n_adapters] = strdup(json_string_value(nm));
+        if (!r->adapter_names[r->n_adapters]) return kiln_fail(err, KILN_E_NOMEM, "out of memory");
+        r->adapter_scales[r->n_adapters++] = (float)scale;
+    }
+    return KILN_OK;
+}
+
 /* "speculative": {"method": "ngram"|"off", "max_draft": N} | "ngram" | "off" | true | false.
  * It never changes the output, only how fast it comes. */
 static kiln_code parse_speculative(const json_t *root, srv_request *r, char *param, kiln_err *err)
@@ -444,6 +474,7 @@ static kiln_code parse_options(const json_t *root, srv_request *r, char *param, 
         r->model = strdup(json_string_value(model));
         if (!r->model) return kiln_fail(err, KILN_E_NOMEM, "out of memory");
     }
+    if ((rc = parse_adapters(root, r, param, err))) return rc;
     if ((rc = get_int(root, "max_tokens", 1, INT64_MAX, &i, &seen, param, err))) return rc;
     if (seen) r->max_tokens = i;
     seen = false;
@@ -500,6 +531,9 @@ done:
 void srv_request_free(srv_request *r)
 {
     free(r->model);
+    for (int i = 0; i < r->n_adapters; i++)
+        free(r->adapter_names[i]);
+    r->n_adapters = 0;
     json_decref(r->messages);
     json_decref(r->tools);
     free(r->tool_name);

@@ -17,6 +17,7 @@
 #ifndef KILN_SRV_OPENAI_H
 #define KILN_SRV_OPENAI_H
 
+#include "model/mdl_lora.h"
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,6 +48,11 @@ typedef enum { SRV_FMT_TEXT, SRV_FMT_JSON_OBJECT, SRV_FMT_JSON_SCHEMA, SRV_FMT_G
 typedef struct {
     srv_api api;
     char *model;             /* OWNED; NULL when absent */
+    /* LoRA adapters to stack, in order (the `adapters` field; docs/lora.md) */
+    bool has_adapters;       /* the field was given (an empty list = the base model) */
+    int32_t n_adapters;
+    char *adapter_names[MDL_LORA_MAX_STACK]; /* OWNED */
+    float adapter_scales[MDL_LORA_MAX_STACK];
     json_t *messages;        /* OWNED (chat): normalized copy, content a string or null */
     json_t *tools;           /* OWNED or NULL (never an empty array) */
     srv_tool_choice tool_choice;

@@ -44,6 +44,9 @@ int srv_route_models(srv_server *s, json_t **body)
         json_object_set_new(m, "capabilities", caps);
         caps = NULL;
     }
+    if (*body) /* LoRA adapters, each its own model (docs/lora.md) */
+        srv_lora_models(&s->lora, s->model_id, (json_int_t)created, (int)s->cfg.ctx,
+                        json_object_get(*body, "data"));
     json_decref(caps);
     return 200;
 }
