@@ -103,6 +103,8 @@ void srv_rstore_put(srv_rstore *s, const char *id, const json_t *messages)
         text = json_dumps(messages, JSON_COMPACT);
         if (!text) goto fail;
         held = (int64_t)strlen(text);
+        free(text);
+        text = NULL;
     }
     e->bytes = (size_t)held + strlen(id) + 1 + sizeof *e;
     if (e->bytes > s->max_bytes) { /* larger than the whole store: not kept */

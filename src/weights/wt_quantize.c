@@ -139,8 +139,12 @@ void wt_unpack_codes(const uint32_t *words, int64_t n, int bits, uint8_t *codes)
     const uint32_t mask = (1u << bits) - 1u;
     for (int64_t i = 0; i < n; i++) {
         uint64_t p = (uint64_t)i * (uint64_t)bits;
-        uint64_t v = words[p >> 5];
-        if ((p & 31) + (uint64_t)bits > 32) v |= (uint64_t)words[(p >> 5) + 1] << 32;
+        /* memcpy: a safetensors payload need not be 4-byte aligned in the file */
+        const unsigned char *at = (const unsigned char *)words + 4 * (p >> 5);
+        uint32_t w0, w1 = 0;
+        memcpy(&w0, at, sizeof w0);
+        if ((p & 31) + (uint64_t)bits > 32) memcpy(&w1, at + 4, sizeof w1);
+        uint64_t v = (uint64_t)w0 | (uint64_t)w1 << 32;
         codes[i] = (uint8_t)((v >> (p & 31)) & mask);
     }
 }
