@@ -518,7 +518,7 @@ static void mask_store(gr_matcher *m, int32_t c, const uint64_t *bits)
         m->cap_masks = nc;
     }
     gmask gm = {.off = m->n_mpool};
-    uint32_t *dst = m->mpool + m->n_mpool;
+    uint32_t *dst = need ? m->mpool + m->n_mpool : NULL; /* an empty mask: mpool may be NULL */
     if (need == v->words * 2) {
         gm.n_ids = -1;
         memcpy(dst, bits, v->words * 8);
