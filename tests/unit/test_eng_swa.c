@@ -394,30 +394,32 @@ static void test_truncate_into_given_back_blocks_recomputes(void)
 
 /* ---------------------------------------------------------------- SSD tier */
 
-/* With every cached block evicted to the SSD tier (8-bit KV), a hit longer
- * than the window loads only the window's 3 blocks from disk, and the run
- * equals a fresh one. */
-static void test_ssd_tier_hit_loads_only_the_window(void)
+/* Every cached block of a 200-token run spilled to the SSD tier, then a
+ * 230-token prompt sharing those 200: the hit loads exactly want_loads blocks
+ * from disk, and the run equals a fresh uncached one without the window cap. */
+static void ssd_tier_case(const char *model, kv_quant_mode kq, uint64_t kv_format, const char *tag,
+                          uint32_t seed, uint64_t want_loads)
 {
     kiln_err err;
     char sdir[512], cmd[700];
-    snprintf(sdir, sizeof sdir, "%s/unit_swa_ssd_%d", KILN_BINARY_DIR, (int)getpid());
+    snprintf(sdir, sizeof sdir, "%s/unit_swa_%s_%d", KILN_BINARY_DIR, tag, (int)getpid());
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", sdir);
     ASSERT_TRUE(system(cmd) == 0);
-    eng_runtime *on = open_rt(dir20, 0, KV_QUANT_8, 1, &err);
-    eng_runtime *off = open_rt(dir20, 1, KV_QUANT_8, 1, &err);
+    eng_runtime *on = open_rt(model, 0, kq, 1, &err);
+    eng_runtime *off = open_rt(model, 1, kq, 1, &err);
     ASSERT_TRUE(on && off);
     int64_t vocab = mdl_vocab(on->model);
     kv_ssd_config sc = kv_ssd_config_default();
     sc.dir = sdir;
-    sc.id = (kv_ssd_ident){.model_fp = on->ns, .kv_format = 8, .tok_fp = 1, .block_tokens = BT};
+    sc.id =
+        (kv_ssd_ident){.model_fp = on->ns, .kv_format = kv_format, .tok_fp = 1, .block_tokens = BT};
     kv_ssd *ssd = NULL;
     ASSERT_OK(kv_ssd_open(&sc, &ssd, &err));
     kv_ssd_attach(ssd, on->kv);
     int32_t pa[200], pb[230];
-    fill_prompt(pa, 200, 21);
+    fill_prompt(pa, 200, seed);
     memcpy(pb, pa, sizeof pa);
-    fill_prompt(pb + 200, 30, 22);
+    fill_prompt(pb + 200, 30, seed + 1);
     run_out a, b, ref;
     ASSERT_OK(run_greedy(on, pa, 200, 5, CHUNK, 1, &a, &err));
     kv_pool_set_cache_cap(on->kv, 0); /* every cached block spilled to the tier */
@@ -427,7 +429,7 @@ static void test_ssd_tier_hit_loads_only_the_window(void)
     uint64_t hits0 = kv_ssd_get_stats(ssd).hits;
     ASSERT_OK(run_greedy(on, pb, 230, 20, CHUNK, 1, &b, &err));
     ASSERT_EQ_I64(b.hit, 200);
-    ASSERT_EQ_U64(kv_ssd_get_stats(ssd).hits - hits0, 3);
+    ASSERT_EQ_U64(kv_ssd_get_stats(ssd).hits - hits0, want_loads);
     ASSERT_OK(run_greedy(off, pb, 230, 20, CHUNK, 0, &ref, &err));
     ASSERT_TRUE(same_rows(&b, &ref, 20, vocab));
     ASSERT_EQ_I64(kv_pool_check(on->kv), 0);
@@ -441,51 +443,18 @@ static void test_ssd_tier_hit_loads_only_the_window(void)
     eng_runtime_close(off);
 }
 
-/* The mixed model through the SSD tier: every cached block spilled, a
- * 200-token hit loads the full group's 25 blocks and the sliding group's 3
- * (each group under its own key), and the run equals a fresh one. */
+/* 8-bit KV, all-sliding model: a hit longer than the window loads only the
+ * window's 3 blocks from disk. */
+static void test_ssd_tier_hit_loads_only_the_window(void)
+{
+    ssd_tier_case(dir20, KV_QUANT_8, 8, "ssd", 21, 3);
+}
+
+/* The mixed model: the full group's 25 blocks and the sliding group's 3, each
+ * group under its own key. */
 static void test_ssd_tier_mixed_groups(void)
 {
-    kiln_err err;
-    char sdir[512], cmd[700];
-    snprintf(sdir, sizeof sdir, "%s/unit_swa_ssd_mixed_%d", KILN_BINARY_DIR, (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", sdir);
-    ASSERT_TRUE(system(cmd) == 0);
-    eng_runtime *on = open_rt(dir_mixed, 0, KV_QUANT_OFF, 1, &err);
-    eng_runtime *off = open_rt(dir_mixed, 1, KV_QUANT_OFF, 1, &err);
-    ASSERT_TRUE(on && off);
-    int64_t vocab = mdl_vocab(on->model);
-    kv_ssd_config sc = kv_ssd_config_default();
-    sc.dir = sdir;
-    sc.id = (kv_ssd_ident){.model_fp = on->ns, .kv_format = 0, .tok_fp = 1, .block_tokens = BT};
-    kv_ssd *ssd = NULL;
-    ASSERT_OK(kv_ssd_open(&sc, &ssd, &err));
-    kv_ssd_attach(ssd, on->kv);
-    int32_t pa[200], pb[230];
-    fill_prompt(pa, 200, 31);
-    memcpy(pb, pa, sizeof pa);
-    fill_prompt(pb + 200, 30, 32);
-    run_out a, b, ref;
-    ASSERT_OK(run_greedy(on, pa, 200, 5, CHUNK, 1, &a, &err));
-    kv_pool_set_cache_cap(on->kv, 0); /* every cached block spilled to the tier */
-    ASSERT_EQ_I64(kv_pool_get_stats(on->kv).n_cached, 0);
-    ASSERT_EQ_U64(kv_ssd_flush(ssd, 10000, NULL), 0);
-    kv_pool_set_cache_cap(on->kv, kv_pool_get_stats(on->kv).n_blocks);
-    uint64_t hits0 = kv_ssd_get_stats(ssd).hits;
-    ASSERT_OK(run_greedy(on, pb, 230, 20, CHUNK, 1, &b, &err));
-    ASSERT_EQ_I64(b.hit, 200);
-    ASSERT_EQ_U64(kv_ssd_get_stats(ssd).hits - hits0, 25 + 3);
-    ASSERT_OK(run_greedy(off, pb, 230, 20, CHUNK, 0, &ref, &err));
-    ASSERT_TRUE(same_rows(&b, &ref, 20, vocab));
-    ASSERT_EQ_I64(kv_pool_check(on->kv), 0);
-    kv_ssd_attach(NULL, on->kv);
-    kv_ssd_close(ssd, 5);
-    ASSERT_TRUE(system(cmd) == 0);
-    run_free(&a);
-    run_free(&b);
-    run_free(&ref);
-    eng_runtime_close(on);
-    eng_runtime_close(off);
+    ssd_tier_case(dir_mixed, KV_QUANT_OFF, 0, "ssd_mixed", 31, 25 + 3);
 }
 
 /* ---------------------------------------------------------------- (e) */
