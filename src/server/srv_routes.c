@@ -264,11 +264,10 @@ int srv_route_metrics(srv_server *s, srv_buf *text)
 
 static json_t *load_object(const char *req, size_t len, json_t **body, int *status)
 {
-    json_error_t je;
-    json_t *j = srv_json_load_request(req, len, 0, &je);
-    if (!json_is_object(j)) {
-        json_decref(j);
-        *status = fail(body, KILN_E_INVALID, NULL, "the request body must be a JSON object");
+    json_t *j;
+    kiln_err err;
+    if (srv_json_parse_object(req, len, &j, &err)) { /* the one request reader: NUL, OOM, position */
+        *status = fail_err(body, &err, NULL);
         return NULL;
     }
     return j;
