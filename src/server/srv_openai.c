@@ -78,6 +78,9 @@ static kiln_code get_int(const json_t *o, const char *name, int64_t lo, int64_t 
         return bad(err, param, name, "'%s' must be an integer, got %s", type_name(v));
     if (i < lo || i > hi) {
         snprintf(param, 64, "%s", name);
+        if (hi == INT64_MAX) /* no upper bound worth naming */
+            return kiln_fail(err, KILN_E_INVALID, "'%s' must be at least %lld, got %lld", name,
+                             (long long)lo, (long long)i);
         return kiln_fail(err, KILN_E_INVALID, "'%s' must be between %lld and %lld, got %lld", name,
                          (long long)lo, (long long)hi, (long long)i);
     }
