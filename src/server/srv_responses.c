@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPEN_NONE, OPEN_REASONING, OPEN_MESSAGE };
+enum { OPEN_NONE, OPEN_REASONING, OPEN_MESSAGE, OPEN_CALL };
 
 struct srv_resp {
     srv_reply_meta m;
@@ -33,6 +33,8 @@ struct srv_resp {
     srv_buf open_text;     /* OWNED: the open item's text */
     int64_t seq;           /* sequence_number of the next event */
     json_t *calls;         /* OWNED: chat-style tool_calls of the output */
+    char call_id[48];      /* OPEN_CALL: its call_id */
+    json_t *call_name;     /* OWNED, OPEN_CALL: its name (a JSON string) */
 };
 
 /* ---------------------------------------------------------------- request */
@@ -274,6 +276,7 @@ void srv_resp_free(srv_resp *o)
     if (!o) return;
     json_decref(o->items);
     json_decref(o->calls);
+    json_decref(o->call_name);
     srv_buf_free(&o->reasoning);
     srv_buf_free(&o->text);
     srv_buf_free(&o->open_text);
@@ -326,9 +329,37 @@ static json_t *message_item(const srv_resp *o, const char *id, const char *statu
                      "assistant", "content", content);
 }
 
+/* The open function_call item ends: its arguments are whole (complete) or
+ * the call turned out malformed after it was shown (status incomplete). */
+static int close_call(srv_resp *o, srv_buf *out, bool complete)
+{
+    int rc = 0, idx = (int)json_array_size(o->items);
+    json_t *ja = srv_json_text(o->open_text.p ? o->open_text.p : "", o->open_text.len);
+    rc |= ev(o, out, "response.function_call_arguments.done",
+             json_pack("{s:s, s:i, s:O}", "item_id", o->item_id, "output_index", idx, "arguments", ja));
+    json_t *item = json_pack("{s:s, s:s, s:s, s:O, s:O, s:s}", "type", "function_call", "id", o->item_id,
+                             "call_id", o->call_id, "name", o->call_name, "arguments", ja, "status",
+                             complete ? "completed" : "incomplete");
+    rc |= ev(o, out, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", idx, "item", item));
+    rc |= json_array_append_new(o->items, item);
+    if (complete) {
+        json_t *args_obj = json_loadb(o->open_text.p ? o->open_text.p : "", o->open_text.len, JSON_ALLOW_NUL, NULL);
+        rc |= json_array_append_new(o->calls, json_pack("{s:s, s:s, s:{s:O, s:o}}", "id", o->call_id, "type",
+                                                        "function", "function", "name", o->call_name,
+                                                        "arguments", args_obj ? args_obj : json_object()));
+    }
+    json_decref(ja);
+    json_decref(o->call_name);
+    o->call_name = NULL;
+    o->open = OPEN_NONE;
+    srv_buf_reset(&o->open_text);
+    return rc;
+}
+
 static int close_item(srv_resp *o, srv_buf *out)
 {
     if (o->open == OPEN_NONE) return 0;
+    if (o->open == OPEN_CALL) return close_call(o, out, false);
     int rc = 0;
     int idx = (int)json_array_size(o->items);
     json_t *item;
@@ -409,31 +440,39 @@ int srv_resp_text(srv_resp *o, srv_buf *out, const char *reasoning, size_t rn, c
     return rc;
 }
 
-int srv_resp_call(srv_resp *o, srv_buf *out, const char *call_id, const char *name, const char *args)
+int srv_resp_call_open(srv_resp *o, srv_buf *out, const char *call_id, const char *name)
 {
     int rc = close_item(o, out);
     int idx = (int)json_array_size(o->items);
-    char id[48];
-    srv_reply_call_id(id, "fc_", o->m.id, 1, (size_t)idx);
-    json_t *jn = srv_json_text(name, strlen(name)), *ja = srv_json_text(args, strlen(args));
-    rc |= ev(o, out, "response.output_item.added",
-             json_pack("{s:i, s:{s:s, s:s, s:s, s:O, s:s, s:s}}", "output_index", idx, "item", "type", "function_call",
-                       "id", id, "call_id", call_id, "name", jn, "arguments", "", "status", "in_progress"));
-    rc |= ev(o, out, "response.function_call_arguments.delta",
-             json_pack("{s:s, s:i, s:O}", "item_id", id, "output_index", idx, "delta", ja));
-    rc |= ev(o, out, "response.function_call_arguments.done",
-             json_pack("{s:s, s:i, s:O}", "item_id", id, "output_index", idx, "arguments", ja));
-    json_t *item = json_pack("{s:s, s:s, s:s, s:O, s:O, s:s}", "type", "function_call", "id", id, "call_id",
-                             call_id, "name", jn, "arguments", ja, "status", "completed");
-    rc |= ev(o, out, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", idx, "item", item));
-    rc |= json_array_append_new(o->items, item);
-    json_t *args_obj = json_loads(args, JSON_ALLOW_NUL, NULL);
-    rc |= json_array_append_new(o->calls, json_pack("{s:s, s:s, s:{s:O, s:o}}", "id", call_id, "type", "function",
-                                                    "function", "name", jn, "arguments",
-                                                    args_obj ? args_obj : json_object()));
-    json_decref(jn);
-    json_decref(ja);
-    return rc;
+    srv_reply_call_id(o->item_id, "fc_", o->m.id, 1, (size_t)idx);
+    snprintf(o->call_id, sizeof o->call_id, "%s", call_id);
+    if (!(o->call_name = srv_json_text(name, strlen(name)))) return -1;
+    o->open = OPEN_CALL;
+    return rc | ev(o, out, "response.output_item.added",
+                   json_pack("{s:i, s:{s:s, s:s, s:s, s:O, s:s, s:s}}", "output_index", idx, "item", "type",
+                             "function_call", "id", o->item_id, "call_id", call_id, "name", o->call_name,
+                             "arguments", "", "status", "in_progress"));
+}
+
+int srv_resp_call_delta(srv_resp *o, srv_buf *out, const char *frag, size_t n)
+{
+    if (o->open != OPEN_CALL || !n) return 0;
+    int rc = srv_buf_add(&o->open_text, frag, n);
+    return rc | ev(o, out, "response.function_call_arguments.delta",
+                   json_pack("{s:s, s:i, s:o}", "item_id", o->item_id, "output_index",
+                             (int)json_array_size(o->items), "delta", srv_json_text(frag, n)));
+}
+
+int srv_resp_call_close(srv_resp *o, srv_buf *out, bool complete)
+{
+    return o->open == OPEN_CALL ? close_call(o, out, complete) : 0;
+}
+
+int srv_resp_call(srv_resp *o, srv_buf *out, const char *call_id, const char *name, const char *args)
+{
+    int rc = srv_resp_call_open(o, out, call_id, name);
+    rc |= srv_resp_call_delta(o, out, args, strlen(args));
+    return rc | srv_resp_call_close(o, out, true);
 }
 
 json_t *srv_resp_end(srv_resp *o, srv_buf *out, const char *status, json_t *usage)
