@@ -26,6 +26,14 @@ test("/v1/models lists the base and each adapter as its own model", async () => 
   assert.equal(list.data[2].adapter.targets, "q_proj,v_proj,down_proj");
 });
 
+test("models.retrieve: the base, an adapter by NAME and by <id>:NAME; unknown adapter 404", async () => {
+  const list = await oa.models.list();
+  assert.deepEqual({ ...(await oa.models.retrieve(ID)) }, { ...list.data[0] });
+  assert.deepEqual({ ...(await oa.models.retrieve("sql")) }, { ...list.data[1] });
+  assert.deepEqual({ ...(await oa.models.retrieve(`${ID}:chat`)) }, { ...list.data[2] });
+  await assert.rejects(oa.models.retrieve(`${ID}:nope`), (e) => e.status === 404);
+});
+
 const SOLO = {};
 test("each model alone: adapters change the output; NAME and <id>:NAME are the same", async () => {
   for (const m of [ID, "sql", "chat"]) SOLO[m] = (await gen(m)).choices[0].text;

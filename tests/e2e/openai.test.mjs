@@ -44,6 +44,21 @@ test("models.list shows the served id", async () => {
   assert.equal(m.data[0].object, "model");
 });
 
+test("models.retrieve: the served id; an unknown id is a 404 in OpenAI's error shape", async () => {
+  const list = await textClient.models.list();
+  const m = await textClient.models.retrieve("stories260K");
+  assert.deepEqual({ ...m }, { ...list.data[0] });
+  await assert.rejects(textClient.models.retrieve("no-such-model"), (e) => {
+    assert.equal(e.status, 404);
+    assert.equal(e.error.param, "model");
+    assert.match(e.error.message, /no-such-model/);
+    assert.equal(typeof e.error.type, "string");
+    return true;
+  });
+  const r = await get(`${TEXT}/v1/models/no-such-model`);
+  assert.deepEqual(Object.keys(r.json.error).sort(), ["code", "message", "param", "type"]);
+});
+
 test("completions: greedy non-stream", async () => {
   const r = await textClient.completions.create({ model: "x", prompt: PROMPT, max_tokens: 24, temperature: 0 });
   assert.equal(r.object, "text_completion");
