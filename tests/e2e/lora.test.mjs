@@ -2,10 +2,10 @@
 //   node lora.test.mjs --url URL --id MODEL_ID
 // The server has adapters "sql" (PEFT, all projections) and "chat" (mlx-lm, q/v/down).
 import OpenAI from "openai";
-import { test, done, assert, arg, post, get } from "./harness.mjs";
+import { test, done, assert, arg, post, get, vfetch } from "./harness.mjs";
 
 const URL_ = arg("--url"), ID = arg("--id");
-const oa = new OpenAI({ apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 120000 });
+const oa = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 120000 });
 const PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play";
 
 async function gen(model, extra = {}, prompt = PROMPT) {

@@ -1,11 +1,11 @@
 // openai.test.mjs — the official `openai` client against a real kiln server.
 //   node openai.test.mjs --text URL (stories260K, completions) --chat URL (ChatML test model)
 import OpenAI from "openai";
-import { test, done, assert, arg, sse, post, get } from "./harness.mjs";
+import { test, done, assert, arg, sse, post, get, vfetch } from "./harness.mjs";
 
 const TEXT = arg("--text"), CHAT = arg("--chat"), THINK = arg("--think");
-const textClient = new OpenAI({ apiKey: "none", baseURL: `${TEXT}/v1`, maxRetries: 0, timeout: 60000 });
-const chatClient = new OpenAI({ apiKey: "none", baseURL: `${CHAT}/v1`, maxRetries: 0, timeout: 60000 });
+const textClient = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${TEXT}/v1`, maxRetries: 0, timeout: 60000 });
+const chatClient = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${CHAT}/v1`, maxRetries: 0, timeout: 60000 });
 const PROMPT = "Once upon a time, there was a little girl named Lily.";
 const MSGS = [{ role: "system", content: "You are a helpful assistant." }, { role: "user", content: "Tell me a story about a dog." }];
 

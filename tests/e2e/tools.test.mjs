@@ -9,7 +9,7 @@
 // closes the call in time. The point is protocol shape, not quality.
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
-import { test, done, assert, arg, post } from "./harness.mjs";
+import { test, done, assert, arg, post, vfetch } from "./harness.mjs";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 
@@ -29,8 +29,8 @@ async function samePromptAsJinja(messages, tools) {
 }
 
 const URL_ = arg("--url"), PLAIN = arg("--plain"), THINK = arg("--think");
-const oa = new OpenAI({ apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 60000 });
-const an = new Anthropic({ apiKey: "none", baseURL: URL_, maxRetries: 0, timeout: 60000 });
+const oa = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 60000 });
+const an = new Anthropic({ fetch: vfetch, apiKey: "none", baseURL: URL_, maxRetries: 0, timeout: 60000 });
 const TOOLS = [{ type: "function", function: { name: "get_weather", description: "Weather for a city",
   parameters: { type: "object", properties: { city: { type: "string" } }, additionalProperties: false } } }];
 const A_TOOLS = [{ name: "get_weather", description: "Weather for a city",
@@ -281,8 +281,8 @@ test("responses: streaming events", async () => {
   for (const t of ["response.content_part.added", "response.output_text.delta", "response.output_text.done"]) assert.ok(t2.includes(t), t);
 });
 
-const ot = new OpenAI({ apiKey: "none", baseURL: `${THINK}/v1`, maxRetries: 0, timeout: 60000 });
-const at = new Anthropic({ apiKey: "none", baseURL: THINK, maxRetries: 0, timeout: 60000 });
+const ot = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${THINK}/v1`, maxRetries: 0, timeout: 60000 });
+const at = new Anthropic({ fetch: vfetch, apiKey: "none", baseURL: THINK, maxRetries: 0, timeout: 60000 });
 
 test("thinking: reasoning and reasoning_content, reasoning_tokens counted", async () => {
   const r = await ot.chat.completions.create({ model: "x", messages: [{ role: "user", content: "hi" }], max_tokens: 4, temperature: 0 });
