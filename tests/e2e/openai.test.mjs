@@ -1,6 +1,8 @@
 // openai.test.mjs — the official `openai` client against a real kiln server.
 //   node openai.test.mjs --text URL (stories260K, completions) --chat URL (ChatML test model)
 import OpenAI from "openai";
+import { zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
+import { z } from "zod";
 import { test, done, assert, arg, sse, post, get, vfetch } from "./harness.mjs";
 
 const TEXT = arg("--text"), CHAT = arg("--chat"), THINK = arg("--think");
@@ -261,6 +263,40 @@ test("reasoning: a prompt that opens <think> sends the output to reasoning", asy
   const off = (await post(`${THINK}/v1/chat/completions`, { ...p, reasoning_effort: "none" })).json;
   assert.equal(off.choices[0].message.reasoning, undefined, JSON.stringify(off.choices[0].message));
   assert.ok(off.choices[0].message.content.length > 0);
+});
+
+// The SDK's structured-output helpers with a zod schema: the schema goes out as
+// response_format / text.format json_schema (strict), kiln's grammar holds the
+// random model to it, and the SDK parses the answer and checks it with zod.
+// (string lengths as patterns: zod's .max counts UTF-16 units, JSON Schema's
+// maxLength code points, so an astral character would make them disagree)
+const Pet = z.object({ name: z.string().regex(/^[A-Za-z][a-z ]{0,11}$/), kind: z.enum(["dog", "cat", "bird"]),
+  age: z.number().int().min(0).max(30), tags: z.array(z.string().regex(/^[a-z]{1,8}$/)).max(2),
+  vaccinated: z.boolean().nullable() });
+test("chat.completions.parse with a zod schema: the parsed object validates", async () => {
+  const parse = chatClient.chat.completions.parse ? chatClient.chat.completions.parse.bind(chatClient.chat.completions)
+    : chatClient.beta.chat.completions.parse.bind(chatClient.beta.chat.completions); // v4: under beta
+  for (const seed of [1, 2, 3]) {
+    const r = await parse({ model: "x", messages: [{ role: "user", content: "Describe a pet." }], max_tokens: 120, seed,
+      response_format: zodResponseFormat(Pet, "pet") });
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, "stop", m.content);
+    assert.ok(m.parsed, m.content);
+    const v = Pet.safeParse(m.parsed);
+    assert.ok(v.success, `${m.content}: ${JSON.stringify(v.error?.issues)}`);
+    assert.deepEqual(m.parsed, JSON.parse(m.content));
+    assert.equal(m.refusal, null);
+  }
+});
+
+test("responses.parse with zodTextFormat: output_parsed validates", async () => {
+  if (!chatClient.responses?.parse) { console.log("  (this openai SDK has no responses.parse)"); return; }
+  const r = await chatClient.responses.parse({ model: "x", input: "Describe a pet.", max_output_tokens: 120, seed: 4,
+    text: { format: zodTextFormat(Pet, "pet") } });
+  assert.equal(r.status, "completed");
+  assert.ok(r.output_parsed, r.output_text);
+  const v = Pet.safeParse(r.output_parsed);
+  assert.ok(v.success, `${r.output_text}: ${JSON.stringify(v.error?.issues)}`);
 });
 
 await done();
