@@ -1,8 +1,6 @@
 // openai.test.mjs — the official `openai` client against a real kiln server.
 //   node openai.test.mjs --text URL (stories260K, completions) --chat URL (ChatML test model)
 import OpenAI from "openai";
-import { zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
-import { z } from "zod";
 import { test, done, assert, arg, sse, post, get, vfetch } from "./harness.mjs";
 
 const TEXT = arg("--text"), CHAT = arg("--chat"), THINK = arg("--think");
@@ -268,12 +266,21 @@ test("reasoning: a prompt that opens <think> sends the output to reasoning", asy
 // The SDK's structured-output helpers with a zod schema: the schema goes out as
 // response_format / text.format json_schema (strict), kiln's grammar holds the
 // random model to it, and the SDK parses the answer and checks it with zod.
-// (string lengths as patterns: zod's .max counts UTF-16 units, JSON Schema's
-// maxLength code points, so an astral character would make them disagree)
-const Pet = z.object({ name: z.string().regex(/^[A-Za-z][a-z ]{0,11}$/), kind: z.enum(["dog", "cat", "bird"]),
-  age: z.number().int().min(0).max(30), tags: z.array(z.string().regex(/^[a-z]{1,8}$/)).max(2),
-  vaccinated: z.boolean().nullable() });
+// zod is loaded when these cases run, so that a tests/e2e/node_modules from
+// before zod was added fails only them (naming the fix), not the whole file.
+let z, zodResponseFormat, zodTextFormat, Pet;
+async function zod() {
+  if (Pet) return;
+  try { ({ z } = await import("zod")); ({ zodResponseFormat, zodTextFormat } = await import("openai/helpers/zod")); }
+  catch (e) { throw new Error(`zod is missing: run npm install in tests/e2e (${e.message})`); }
+  // (string lengths as patterns: zod's .max counts UTF-16 units, JSON Schema's
+  // maxLength code points, so an astral character would make them disagree)
+  Pet = z.object({ name: z.string().regex(/^[A-Za-z][a-z ]{0,11}$/), kind: z.enum(["dog", "cat", "bird"]),
+    age: z.number().int().min(0).max(30), tags: z.array(z.string().regex(/^[a-z]{1,8}$/)).max(2),
+    vaccinated: z.boolean().nullable() });
+}
 test("chat.completions.parse with a zod schema: the parsed object validates", async () => {
+  await zod();
   const parse = chatClient.chat.completions.parse ? chatClient.chat.completions.parse.bind(chatClient.chat.completions)
     : chatClient.beta.chat.completions.parse.bind(chatClient.beta.chat.completions); // v4: under beta
   for (const seed of [1, 2, 3]) {
@@ -290,6 +297,7 @@ test("chat.completions.parse with a zod schema: the parsed object validates", as
 });
 
 test("responses.parse with zodTextFormat: output_parsed validates", async () => {
+  await zod();
   if (!chatClient.responses?.parse) { console.log("  (this openai SDK has no responses.parse)"); return; }
   const r = await chatClient.responses.parse({ model: "x", input: "Describe a pet.", max_output_tokens: 120, seed: 4,
     text: { format: zodTextFormat(Pet, "pet") } });
