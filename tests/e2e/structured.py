@@ -21,7 +21,11 @@ import urllib.request
 
 from jsonschema import validators
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from validate_api import Recorder  # noqa: E402  (every answer checked against the official schemas)
+
 PASS, FAIL = 0, 0
+API = Recorder()
 
 
 def check(name, cond, why=""):
@@ -44,8 +48,12 @@ def post(url, path, body, stream=False):
         data, status = e.read().decode(), e.code
     if stream and status == 200:
         events = [json.loads(l[6:]) for l in data.splitlines() if l.startswith("data: ") and l[6:] != "[DONE]"]
+        API.record("POST", path, status, True, events)
         return status, events
-    return status, json.loads(data) if data else None
+    body = json.loads(data) if data else None
+    if body is not None:
+        API.record("POST", path, status, False, body)
+    return status, body
 
 
 def validate(schema, text):
@@ -313,6 +321,9 @@ def main():
         test_tools(name, url)
     if opt("--corpus"):
         test_corpus(chat_url, opt("--corpus"), int(opt("--corpus-n") or 40))
+    ok, report = API.check()
+    print(report)
+    check(f"every response and stream event ({len(API.lines)}) validates against the official schemas", ok)
     print(f"{PASS} passed, {FAIL} failed")
     sys.exit(1 if FAIL else 0)
 

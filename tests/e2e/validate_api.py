@@ -172,6 +172,57 @@ def embedding_b64(schema, body):
     return dict(body, data=data)
 
 
+def schema_for(path, status, stream, body):
+    """The official schema of what kiln answered on path (as harness.mjs's
+    schemaFor): (spec, name), or None for a kiln-only route."""
+    ant = path.startswith("/v1/messages")
+    if not path.startswith("/v1/") or path.startswith("/v1/conversations"):
+        return None
+    is_err = status >= 400 or (stream and isinstance(body, dict) and
+                                ((ant and body.get("type") == "error") or (not ant and "error" in body and "type" not in body)))
+    if is_err:
+        return ("anthropic" if ant else "openai", "ErrorResponse")
+    table = {"/v1/chat/completions": "CreateChatCompletionStreamResponse" if stream else "CreateChatCompletionResponse",
+             "/v1/completions": "CreateCompletionResponse", "/v1/models": "ListModelsResponse",
+             "/v1/embeddings": "CreateEmbeddingResponse",
+             "/v1/responses": "ResponseStreamEvent" if stream else "Response",
+             "/v1/messages": "MessageStreamEvent" if stream else "Message",
+             "/v1/messages/count_tokens": "BetaCountMessageTokensResponse"}
+    if path.startswith("/v1/models/"):
+        return ("openai", "Model")
+    name = table.get(path)
+    return (("anthropic" if ant else "openai"), name) if name else None
+
+
+class Recorder:
+    """For Python e2e suites: record(path, status, stream, bodies) per answer,
+    then check() → (ok, report) over everything recorded."""
+
+    def __init__(self):
+        self.lines = []
+
+    def record(self, method, path, status, stream, bodies):
+        for i, b in enumerate(bodies if stream else [bodies]):
+            s = schema_for(path, status, stream, b)
+            if s:
+                where = "%s %s%s" % (method, path, " event %d" % i if stream else "")
+                self.lines.append(json.dumps({"spec": s[0], "schema": s[1], "where": where, "body": b}))
+
+    def check(self):
+        import io
+        import tempfile
+        from contextlib import redirect_stdout
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write("\n".join(self.lines) + "\n")
+        out = io.StringIO()
+        try:
+            with redirect_stdout(out):
+                rc = check_log(f.name)
+        finally:
+            os.unlink(f.name)
+        return rc == 0, out.getvalue().rstrip()
+
+
 def check_log(path):
     spec_dir = find_spec_dir()
     specs = {"openai": Spec(os.path.join(spec_dir, "openai.schemas.json")),
