@@ -44,7 +44,7 @@ typedef struct {
 } shown;
 
 /* Records the open calls; -1 when a shown prefix changed. */
-static int watch(const srv_tc *p, shown *w)
+static int watch(srv_tc *p, shown *w)
 {
     for (size_t k = 0; k < srv_tc_open_count(p); k++) {
         size_t serial, len, j;

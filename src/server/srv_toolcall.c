@@ -55,6 +55,7 @@ struct srv_tc {
     size_t body_calls;   /* calls the body added so far */
     size_t max_open;     /* most open calls the body showed */
     bool gemma_closed;   /* preview: the call's {...} closed (gemma_parse) */
+    bool preview_due;    /* buf holds an open call whose view is not built yet */
 };
 
 static const char *const FAMILY_NAMES[SRV_TC_COUNT] = {
@@ -962,8 +963,13 @@ static int process(srv_tc *p, bool final, srv_buf *content)
         }
         size_t used = 0;
         int r = call_parser(p->f)(p, p->buf.p, p->buf.len, final, &used);
-        if (r == 0) return final ? 0 : preview(p);
+        if (r == 0) { /* the streaming view is built when asked for (srv_tc_open_count) */
+            open_clear(p);
+            p->preview_due = !final;
+            return 0;
+        }
         open_clear(p);
+        p->preview_due = false;
         /* serials of this body are spent, shown or not */
         p->serial_next = p->serial0 + (p->body_calls > p->max_open ? p->body_calls : p->max_open) + 1;
         if (r < 0) { /* malformed: its text is content */
@@ -1060,6 +1066,7 @@ int srv_tc_finish(srv_tc *p, srv_buf *content)
     if (p->f == SRV_TC_NONE || !p->buf.len) return 0;
     if (process(p, true, content) < 0) return -1;
     open_clear(p);
+    p->preview_due = false;
     p->in_call = false;
     if (p->after_call) srv_buf_reset(&p->buf); /* trailing whitespace after a call */
     int rc = p->buf.len ? emit(p, p->buf.p, p->buf.len, content) : 0;
@@ -1083,9 +1090,14 @@ size_t srv_tc_serial(const srv_tc *p, size_t i)
     return p->calls[i].serial;
 }
 
-size_t srv_tc_open_count(const srv_tc *p)
+size_t srv_tc_open_count(srv_tc *p)
 {
-    return p ? p->n_open : 0;
+    if (!p) return 0;
+    if (p->preview_due) {
+        p->preview_due = false;
+        if (preview(p)) open_clear(p); /* out of memory: the calls show when parsed */
+    }
+    return p->n_open;
 }
 
 void srv_tc_open_get(const srv_tc *p, size_t k, size_t *serial, const char **name, const char **args,

@@ -82,8 +82,9 @@ size_t srv_tc_count(const srv_tc *p);
 void srv_tc_get(const srv_tc *p, size_t i, const char **name, const char **args);
 /* The serial call i had while it was open. */
 size_t srv_tc_serial(const srv_tc *p, size_t i);
-/* Calls open now (their names known), in order. */
-size_t srv_tc_open_count(const srv_tc *p);
+/* Calls open now (their names known), in order. Built on the first call
+ * after a push (a parser nobody streams from never builds it). */
+size_t srv_tc_open_count(srv_tc *p);
 /* Open call k: *serial, *name (NUL-terminated) and args[0..*len) (not
  * NUL-terminated; whole UTF-8 characters), BORROWED until the next push. */
 void srv_tc_open_get(const srv_tc *p, size_t k, size_t *serial, const char **name, const char **args,
