@@ -7,6 +7,7 @@ Anthropic's Messages spec).
                              "schema": NAME, "where": TEXT, "body": OBJECT}
                              written by harness.mjs (vfetch); exit 1 and one
                              line per non-conformance when any
+  validate_api.py --one SPEC SCHEMA FILE   one JSON file (shell suites)
   validate_api.py --self-test  a conformant object passes and deliberately
                              broken ones are rejected (the check can fail)
 
@@ -298,6 +299,12 @@ def self_test():
 if __name__ == "__main__":
     if len(sys.argv) == 2 and sys.argv[1] == "--self-test":
         sys.exit(self_test())
+    if len(sys.argv) == 5 and sys.argv[1] == "--one":
+        spec = Spec(os.path.join(find_spec_dir(), sys.argv[2] + ".schemas.json"))
+        errs = spec.errors(sys.argv[3], json.load(open(sys.argv[4])))
+        for e in errs:
+            print("NONCONFORMANT %s %s: %s" % (sys.argv[2], sys.argv[3], e))
+        sys.exit(1 if errs else 0)
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     sys.exit(check_log(sys.argv[1]))
