@@ -369,6 +369,35 @@ static void test_arguments_as_written_and_duplicates(void)
     EXPECT(SRV_TC_GEMMA4, gdup, gdup, "");
 }
 
+/* A call shown while written that then turns out malformed: its text is
+ * content as without streaming, and srv_tc_settled moves past its serial (the
+ * stream ends what it showed); no call is reported. */
+static void test_shown_call_turning_malformed(void)
+{
+    const char *t = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}} junk</tool_call> after";
+    EXPECT(SRV_TC_HERMES, t, t, "");
+    srv_tc *p;
+    srv_buf content = {0};
+    ASSERT_EQ_I64(srv_tc_create(SRV_TC_HERMES, NULL, &p, NULL), KILN_OK);
+    const char *cut = strstr(t, " junk");
+    ASSERT_EQ_I64(srv_tc_push(p, t, (size_t)(cut - t), &content), 0);
+    ASSERT_EQ_I64((int64_t)srv_tc_open_count(p), 1);
+    size_t serial, len;
+    const char *name, *args;
+    srv_tc_open_get(p, 0, &serial, &name, &args, &len);
+    ASSERT_STR_EQ(name, "f");
+    ASSERT_EQ_I64((int64_t)len, 7);
+    ASSERT_TRUE(!memcmp(args, "{\"a\":1}", 7));
+    ASSERT_TRUE(srv_tc_settled(p) <= serial);
+    ASSERT_EQ_I64(srv_tc_push(p, cut, strlen(cut), &content), 0);
+    ASSERT_EQ_I64(srv_tc_finish(p, &content), 0);
+    ASSERT_TRUE(srv_tc_settled(p) > serial);
+    ASSERT_EQ_I64((int64_t)srv_tc_count(p), 0);
+    ASSERT_EQ_I64((int64_t)srv_tc_open_count(p), 0);
+    srv_tc_free(p);
+    srv_buf_free(&content);
+}
+
 static void test_none_family_passes_everything(void)
 {
     EXPECT(SRV_TC_NONE, "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>",
@@ -412,6 +441,7 @@ int main(void)
     RUN(test_gemma4_call_syntax);
     RUN(test_arguments_stream_in_fragments);
     RUN(test_arguments_as_written_and_duplicates);
+    RUN(test_shown_call_turning_malformed);
     RUN(test_none_family_passes_everything);
     RUN(test_detect_from_template_text_and_names);
     return TEST_DONE();
