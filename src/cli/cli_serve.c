@@ -275,6 +275,9 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         return cli_fail("serve", &err);
     }
     o.kv_fmt = &kf; /* the plan and the runtime size KV at the format's true bytes */
+    /* What the process holds before the model: /fit reports it beside the plan,
+     * which covers only what the model adds (weights, KV, scratch). */
+    uint64_t process_bytes = plat_rss_bytes();
     eng_admit_plan plan;
     rc = plan_memory(f, dir, &cfg, &sc, &o, &plan);
     wt_config_free(&cfg);
@@ -342,6 +345,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
                    .admission = &plan,
                    .kv_budget_bytes = eo.kv_budget_bytes,
                    .fit_json = fit_json,
+                   .process_bytes = process_bytes,
                    .adapters = st.loras.ads,
                    .n_adapters = st.loras.n,
                    .default_adapter = f->lora_default};
