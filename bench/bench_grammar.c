@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static int use_cpu; /* --cpu: this thread's CPU time (a loaded machine deschedules us) */
 
 /* Every figure (vocabulary build, compiles, masks) on one clock. */
@@ -199,8 +198,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_grammar: %s\n", err.msg);
         return 1;
     }
-    printf("bench=grammar vocab=%d vocab_build_ms=%.1f\n", gr_vocab_size(v),
-           1e3 * (now() - t0));
+    printf("bench=grammar vocab=%d vocab_build_ms=%.1f\n", gr_vocab_size(v), 1e3 * (now() - t0));
     if (json_any) {
         static acc a;
         memset(&a, 0, sizeof a);

@@ -124,7 +124,7 @@ static int check_flags(const serve_flags *f, int *thinking)
             ? "--grammar-compile-ms must be 0..600000"
         : !(f->grammar_cache_mb >= 0 && f->grammar_cache_mb <= 1048576)
             ? "--grammar-cache must be 0..1048576 (MB)"
-                                                   : NULL;
+            : NULL;
     if (bad) {
         fprintf(stderr, "kiln serve: %s\n", bad);
         return 2;
@@ -507,10 +507,12 @@ int cli_serve(int argc, char **argv)
          "tokens (default 20; 0 = compact JSON)", 0},
         {"grammar-compile-ms", CLI_INT, &f.grammar_compile_ms, "N",
          "CPU time one schema/grammar compile may take before the request gets a 400 "
-         "(default 500; 0 = no limit)", 0},
+         "(default 500; 0 = no limit)",
+         0},
         {"grammar-cache", CLI_FLOAT, &f.grammar_cache_mb, "MB",
          "compiled schemas/grammars kept for reuse by identical requests, least recently used "
-         "evicted (default 64; 0 = off)", 0},
+         "evicted (default 64; 0 = off)",
+         0},
         {"spec", CLI_STR, &f.spec, "off|ngram",
          "speculative decoding by default (per request: \"speculative\"); ngram drafts from the "
          "prompt and output; never changes the output (default off)",

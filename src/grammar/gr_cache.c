@@ -20,8 +20,8 @@ typedef struct ent {
     uint64_t hash;
     uint8_t *key; /* OWNED: key bytes, then aux bytes */
     size_t klen, alen, cost;
-    gr_grammar *g;          /* one reference */
-    struct ent *chain;      /* next in the bucket */
+    gr_grammar *g;             /* one reference */
+    struct ent *chain;         /* next in the bucket */
     struct ent *newer, *older; /* recency list */
 } ent;
 
@@ -78,10 +78,14 @@ static ent **slot(gr_cache *c, uint64_t h, const void *key, size_t klen)
 
 static void list_unlink(gr_cache *c, ent *e)
 {
-    if (e->newer) e->newer->older = e->older;
-    else c->newest = e->older;
-    if (e->older) e->older->newer = e->newer;
-    else c->oldest = e->newer;
+    if (e->newer)
+        e->newer->older = e->older;
+    else
+        c->newest = e->older;
+    if (e->older)
+        e->older->newer = e->newer;
+    else
+        c->oldest = e->newer;
     e->newer = e->older = NULL;
 }
 
@@ -155,8 +159,9 @@ kiln_code gr_cache_put(gr_cache *c, const void *key, size_t klen, gr_grammar *g,
                        size_t aux_len, kiln_err *err)
 {
     if (!c || !g) return KILN_OK;
+    if (klen > SIZE_MAX / 4 || aux_len > SIZE_MAX / 4) return KILN_OK; /* the sum cannot wrap */
     size_t cost = sizeof(ent) + klen + aux_len + gr_grammar_bytes(g);
-    if (klen > SIZE_MAX / 4 || aux_len > SIZE_MAX / 4 || cost > c->st.max_bytes) return KILN_OK;
+    if (cost > c->st.max_bytes) return KILN_OK;
     ent *e = calloc(1, sizeof *e);
     uint8_t *kb = e ? malloc(klen + aux_len + 1) : NULL;
     if (!kb) {
@@ -165,8 +170,12 @@ kiln_code gr_cache_put(gr_cache *c, const void *key, size_t klen, gr_grammar *g,
     }
     memcpy(kb, key, klen);
     if (aux_len) memcpy(kb + klen, aux, aux_len);
-    *e = (ent){.hash = XXH3_64bits(key, klen), .key = kb, .klen = klen, .alen = aux_len,
-               .cost = cost, .g = g};
+    *e = (ent){.hash = XXH3_64bits(key, klen),
+               .key = kb,
+               .klen = klen,
+               .alen = aux_len,
+               .cost = cost,
+               .g = g};
     pthread_mutex_lock(&c->mu);
     ent **p = slot(c, e->hash, key, klen);
     if (*p) { /* another request compiled the same key first: keep its entry */

@@ -654,12 +654,13 @@ static char *cache_key(const srv_request *r, const srv_cctx *cx, size_t *len)
 {
     kbuf k = {0};
     char hdr[160];
-    int m = snprintf(hdr, sizeof hdr, "kiln-grammar-1 api=%d fmt=%d strict=%d tc=%d par=%d fam=%d "
-                     "open=%d maybe=%d style=%d ws=%d ms=%d|",
-                     (int)r->api, (int)r->format, (int)r->schema_strict, (int)r->tool_choice,
-                     (int)r->parallel_tool_calls, (int)cx->family, (int)cx->think_open,
-                     (int)cx->think_maybe, (int)cx->think_style, (int)cx->ws_max,
-                     (int)cx->compile_ms);
+    int m =
+        snprintf(hdr, sizeof hdr,
+                 "kiln-grammar-1 api=%d fmt=%d strict=%d tc=%d par=%d fam=%d "
+                 "open=%d maybe=%d style=%d ws=%d ms=%d|",
+                 (int)r->api, (int)r->format, (int)r->schema_strict, (int)r->tool_choice,
+                 (int)r->parallel_tool_calls, (int)cx->family, (int)cx->think_open,
+                 (int)cx->think_maybe, (int)cx->think_style, (int)cx->ws_max, (int)cx->compile_ms);
     kput(&k, hdr, (size_t)m);
     kfield(&k, r->tool_name, r->tool_name ? strlen(r->tool_name) : 0);
     kfield(&k, r->grammar, r->grammar ? strlen(r->grammar) : 0);
@@ -687,8 +688,8 @@ int srv_constraint_build(const srv_request *r, const srv_cctx *cx, gr_grammar **
     size_t klen = 0;
     char *key = cx->cache ? cache_key(r, cx, &klen) : NULL;
     size_t alen = 0;
-    if (key && gr_cache_get(cx->cache, key, klen, g, trig, sizeof(int32_t) * SRV_MAX_TRIGGERS,
-                            &alen)) {
+    if (key &&
+        gr_cache_get(cx->cache, key, klen, g, trig, sizeof(int32_t) * SRV_MAX_TRIGGERS, &alen)) {
         *n_trig = (int32_t)(alen / sizeof(int32_t));
         free(key);
         return 0;

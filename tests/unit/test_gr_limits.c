@@ -21,7 +21,8 @@
 
 static gr_vocab *V;
 
-static kiln_code compile_schema(const char *text, const gr_options *o, gr_grammar **g, kiln_err *err)
+static kiln_code compile_schema(const char *text, const gr_options *o, gr_grammar **g,
+                                kiln_err *err)
 {
     json_error_t je;
     json_t *s = json_loads(text, 0, &je);
@@ -69,9 +70,11 @@ static void test_time_limit_names_itself_and_holds(void)
         double ms = (plat_thread_cpu() - t0) * 1e3;
         ASSERT_EQ_I64(rc, KILN_E_INVALID);
         ASSERT_TRUE(g == NULL);
-        if (!strstr(err.msg, "grammar compile exceeded 150 ms")) TEST_FAIL_("schema %zu: '%s'", i, err.msg);
+        if (!strstr(err.msg, "grammar compile exceeded 150 ms"))
+            TEST_FAIL_("schema %zu: '%s'", i, err.msg);
         /* checks run every few hundred states: the overrun stays small */
-        if (ms < 150 || ms > 150 * 4 + 250) TEST_FAIL_("schema %zu: stopped after %.0f ms of CPU", i, ms);
+        if (ms < 150 || ms > 150 * 4 + 250)
+            TEST_FAIL_("schema %zu: stopped after %.0f ms of CPU", i, ms);
     }
     /* GBNF goes through the same clock */
     const char *gb = "root ::= (\"a\" | \"b\")* \"a\" (\"a\" | \"b\"){18}";
@@ -88,8 +91,9 @@ static void test_state_limits_name_their_count(void)
     o.max_dfa_states = 1000;
     gr_grammar *g = NULL;
     kiln_err err = {0};
-    ASSERT_EQ_I64(compile_schema("{\"type\":\"string\",\"pattern\":\"^(a|b)*a(a|b){12}$\"}", &o, &g, &err),
-                  KILN_E_INVALID);
+    ASSERT_EQ_I64(
+        compile_schema("{\"type\":\"string\",\"pattern\":\"^(a|b)*a(a|b){12}$\"}", &o, &g, &err),
+        KILN_E_INVALID);
     if (!strstr(err.msg, "grammar compile exceeded 1000 states")) TEST_FAIL_("dfa: '%s'", err.msg);
     o = gr_options_default();
     o.max_ms = 0;
@@ -99,12 +103,14 @@ static void test_state_limits_name_their_count(void)
     /* the same schema under the limits it fits compiles */
     o = gr_options_default();
     gr_grammar *ok = NULL;
-    ASSERT_OK(compile_schema("{\"type\":\"string\",\"pattern\":\"^(a|b)*a(a|b){12}$\"}", &o, &ok, &err));
+    ASSERT_OK(
+        compile_schema("{\"type\":\"string\",\"pattern\":\"^(a|b)*a(a|b){12}$\"}", &o, &ok, &err));
     ASSERT_TRUE(gr_grammar_get_info(ok).states > 1000);
     gr_grammar_release(ok);
 }
 
-static const char *S1 = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}";
+static const char *S1 =
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}";
 static const char *S2 = "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"maxItems\":3}";
 static const char *S3 = "{\"type\":\"string\",\"enum\":[\"red\",\"green\"]}";
 
@@ -126,7 +132,8 @@ static int sentence(gr_grammar *g, const char *text)
     kiln_err err;
     gr_matcher *m;
     if (gr_matcher_create(g, V, &m, &err)) return -1;
-    int ok = gr_matcher_accept_bytes(m, text, strlen(text), &err) == KILN_OK && gr_matcher_accepting(m);
+    int ok =
+        gr_matcher_accept_bytes(m, text, strlen(text), &err) == KILN_OK && gr_matcher_accepting(m);
     gr_matcher_destroy(m);
     return ok;
 }
