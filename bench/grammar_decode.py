@@ -10,7 +10,10 @@ streamed /v1/completions request without a constraint and one under a JSON
 Schema (an array of at least 200 objects, so the output is still open when
 max_tokens ends it), both with ignore_eos and the same prompt and seed. Decode
 speed = (completion tokens - 1) / (time of the last chunk - time of the first
-chunk): prefill is left out. Prints the medians, the ratio, the server's
+chunk): prefill is left out. Because the machine may be shared, each request
+also reports the server process's CPU time (utime + stime) per generated
+token, which load does not inflate the way it does wall time (both requests
+have the same prompt and length). Prints the medians, the ratios, the server's
 /stats engine.grammar (mask time, the engine's wait for masks) and the load
 average before and after. Not a timed test: CI never runs it.
 """
@@ -39,7 +42,13 @@ def get(url):
         return json.loads(r.read().decode())
 
 
-def run(url, n, constrained, seed):
+def cpu_s(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(url, n, constrained, seed, pid):
+    c0 = cpu_s(pid)
     body = {"prompt": "The list of records follows.", "max_tokens": n, "temperature": 0.8,
             "seed": seed, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     if constrained:
@@ -61,7 +70,8 @@ def run(url, n, constrained, seed):
                 t_first = t_first or t
                 t_last = t
     toks = usage.get("completion_tokens", 0)
-    return toks, (toks - 1) / (t_last - t_first) if toks > 1 and t_last > t_first else 0.0
+    tps = (toks - 1) / (t_last - t_first) if toks > 1 and t_last > t_first else 0.0
+    return toks, tps, 1e3 * (cpu_s(pid) - c0) / max(toks, 1)
 
 
 def main():
@@ -86,11 +96,11 @@ def main():
             except Exception:
                 pass
             time.sleep(0.5)
-        run(url, 8, True, 1)  # warm: the vocabulary's trie and leaf sets are built once
+        run(url, 8, True, 1, srv.pid)  # warm: the vocabulary's trie and leaf sets are built once
         free, cons = [], []
         for i in range(a.runs):
-            free.append(run(url, a.gen_tokens, False, 10 + i))
-            cons.append(run(url, a.gen_tokens, True, 10 + i))
+            free.append(run(url, a.gen_tokens, False, 10 + i, srv.pid))
+            cons.append(run(url, a.gen_tokens, True, 10 + i, srv.pid))
         g = get(url + "/stats")["engine"]["grammar"]
     finally:
         srv.terminate()
@@ -101,6 +111,10 @@ def main():
     print(f"free decode tok/s: median {mf:.2f}  runs {[round(r[1], 2) for r in free]}")
     print(f"constrained decode tok/s: median {mc:.2f}  runs {[round(r[1], 2) for r in cons]}")
     print(f"constrained / free: {mc / mf:.3f}" if mf > 0 else "no free figure")
+    cf = statistics.median(r[2] for r in free)
+    cc = statistics.median(r[2] for r in cons)
+    print(f"server CPU ms per token: free {cf:.1f} {[round(r[2], 1) for r in free]}, "
+          f"constrained {cc:.1f} {[round(r[2], 1) for r in cons]}, constrained / free {cc / cf:.3f}")
     print(f"engine.grammar: masks={g['masks']} mask_s={g['mask_s']:.3f} "
           f"(mean {1e6 * g['mask_s'] / max(g['masks'], 1):.0f} us) wait_s={g['wait_s']:.3f}")
     print(f"load average before {before}, after {load()}")
