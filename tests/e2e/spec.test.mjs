@@ -1,10 +1,10 @@
 // spec.test.mjs — speculative decoding never changes a token (docs/speculative.md).
 //   node spec.test.mjs --spec URL (kiln serve --spec ngram) --plain URL (no drafting)
 import OpenAI from "openai";
-import { test, done, assert, arg } from "./harness.mjs";
+import { test, done, assert, arg, vfetch } from "./harness.mjs";
 
 const SPEC = arg("--spec"), PLAIN = arg("--plain");
-const client = (u) => new OpenAI({ apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 120000 });
+const client = (u) => new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 120000 });
 const spec = client(SPEC), plain = client(PLAIN);
 
 // Text that quotes itself, as an edit quoting the code it changes: the n-gram
