@@ -26,7 +26,9 @@ resume() {
   serve S || return 1
   local ref=""
   if [ "$compare" = same ]; then ref=$($PY "$REQ" "$S_URL" -5 "$n" "$refextra"); fi
-  local killed; killed=$($PY "$KILL" "$S_URL" "$S_PID" 150 5 "$n" "$extra")
+  # the kill waits (generation going on) until the checkpoint file is on disk:
+  # on a loaded machine the writer may lag behind the 150th chunk
+  local killed; killed=$(KILN_KILL_SETTLE_CKPT=1 KILN_KILL_SETTLE_DIR="$DIR" $PY "$KILL" "$S_URL" "$S_PID" 150 5 "$n" "$extra")
   wait "$S_PID" 2>/dev/null
   check "$name: killed mid-generation ($(j "$killed" "['chunks']") chunks), a checkpoint is on disk" [ "$(n_ckpt)" = 1 ]
   serve S || return 1
