@@ -102,7 +102,10 @@ static void test_method_names_and_opts(void)
     ASSERT_EQ_I64(m, ENG_SPEC_NGRAM);
     ASSERT_OK(eng_spec_method_parse("off", &m, &err));
     ASSERT_EQ_I64(m, ENG_SPEC_OFF);
-    ASSERT_CODE(eng_spec_method_parse("draft", &m, &err), KILN_E_INVALID);
+    ASSERT_OK(eng_spec_method_parse("draft", &m, &err));
+    ASSERT_EQ_I64(m, ENG_SPEC_DRAFT);
+    ASSERT_STR_EQ(eng_spec_method_name(ENG_SPEC_DRAFT), "draft");
+    ASSERT_CODE(eng_spec_method_parse("medusa", &m, &err), KILN_E_INVALID);
     ASSERT_STR_EQ(eng_spec_method_name(ENG_SPEC_NGRAM), "ngram");
     eng_spec_opts o = eng_spec_opts_default();
     ASSERT_OK(eng_spec_opts_validate(&o, &err));
