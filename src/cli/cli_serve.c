@@ -281,6 +281,9 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         return cli_fail("serve", &err);
     }
     o.kv_fmt = &kf; /* the plan and the runtime size KV at the format's true bytes */
+    /* What the process holds before the model: /fit reports it beside the plan,
+     * which covers only what the model adds (weights, KV, scratch). */
+    uint64_t process_bytes = plat_rss_bytes();
     eng_admit_plan plan;
     rc = plan_memory(f, dir, f->draft_model ? ddir : NULL, &cfg, &sc, &o, &plan);
     wt_config_free(&cfg);
@@ -355,6 +358,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
                    .admission = &plan,
                    .kv_budget_bytes = eo.kv_budget_bytes,
                    .fit_json = fit_json,
+                   .process_bytes = process_bytes,
                    .adapters = st.loras.ads,
                    .n_adapters = st.loras.n,
                    .default_adapter = f->lora_default};

@@ -84,6 +84,8 @@ typedef struct {
                                  (/stats admission, context_over_budget errors); NULL = none */
     uint64_t kv_budget_bytes; /* --kv-budget (for /stats); 0 = none */
     const char *fit_json;     /* BORROWED during srv_attach (copied): GET /fit body; NULL = 404 */
+    uint64_t process_bytes;   /* resident bytes before the model was opened (binary, libraries,
+                                 HTTP threads), measured; GET /fit adds it; 0 = unknown */
     const srv_adapter *adapters; /* BORROWED during srv_attach (names copied; the adapters
                                     must outlive the server): LoRA adapters by name */
     int n_adapters;

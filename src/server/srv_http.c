@@ -1008,6 +1008,9 @@ kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
         json_error_t je;
         s->fit = json_loads(m->fit_json, 0, &je);
         if (!s->fit) return kiln_fail(err, KILN_E_INTERNAL, "fit report: %s", je.text);
+        if (m->process_bytes &&
+            json_object_set_new(s->fit, "process_bytes", json_integer((json_int_t)m->process_bytes)))
+            return kiln_fail(err, KILN_E_NOMEM, "fit report: out of memory");
     }
     s->cfg.n_threads = m->n_threads;
     int dflt = -1;

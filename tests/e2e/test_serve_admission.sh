@@ -69,9 +69,10 @@ check "stats: usable_bytes = budget - fixed" bash -c '[ $(( $1 - $2 )) -ge 0 ] &
 # GET /fit is `kiln fit --json` for the served model and options
 curl -s "$U/fit" > "$E2E_TMP/fit"
 "$KILN_BIN" fit --model "$M" --ctx 512 "${G[@]}" --budget "$BUDGET" --bandwidth 1 --json > "$E2E_TMP/fitcli"
-check "GET /fit equals kiln fit --json (bandwidth aside)" $PY - "$E2E_TMP/fit" "$E2E_TMP/fitcli" <<'EOF'
+check "GET /fit equals kiln fit --json (bandwidth and the server's measured process_bytes aside)" $PY - "$E2E_TMP/fit" "$E2E_TMP/fitcli" <<'EOF'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert 1 << 20 < a.pop("process_bytes") < a["overhead_bytes"], a
 for k in ("bandwidth_gb_s", "predicted_decode_tok_s"):
     assert a.pop(k) is None, k
     b.pop(k)
