@@ -200,10 +200,11 @@ static kiln_code refuse(const planner *p, uint64_t budget, kiln_err *err)
         err, KILN_E_BUDGET,
         "the memory budget of %.3f GB leaves no room for any context: weights %.3f GB "
         "+ fixed overhead %.3f GB (step scratch %.3f, logits %.3f, other %.3f, process "
-        "%.3f) + one KV block %.6f GB = %.3f GB (batch %d, %d threads)",
+        "%.3f, draft model %.3f) + one KV block %.6f GB = %.3f GB (batch %d, %d threads)",
         (double)budget / 1e9, (double)p->weights / 1e9, (double)(fixed - p->weights) / 1e9,
         (double)f.scratch_bytes / 1e9, (double)f.logits_bytes / 1e9,
-        (double)(f.other_bytes - 64) / 1e9, (double)p->overhead / 1e9, (double)block / 1e9,
+        (double)(f.other_bytes - 64) / 1e9, (double)p->overhead / 1e9,
+        (double)p->draft_fixed / 1e9, (double)block / 1e9,
         (double)(fixed + block) / 1e9, (int)p->o.max_seqs, p->o.n_threads);
 }
 
