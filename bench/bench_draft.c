@@ -6,6 +6,8 @@
  *   bench_draft --model DIR --draft DIR [--threads 2] [--rows 1] [--prompt 64]
  *               [--tokens 64] [--max-draft 4] [--rounds 3] [--fixed]
  *   bench=draft rows=1 method=off tok_s=... | method=draft tok_s=... acceptance=...
+ * (verified / accepted: draft tokens verified and accepted, from the requests'
+ * own counts; declined: drafts the cost rule declined) 
  *
  * --fixed turns the adaptive rules off (every row drafts max_draft each step,
  * whatever the step cost model says): the raw effect of drafting, which the
@@ -140,11 +142,11 @@ int main(int argc, char **argv)
            "tok_s=%.2f\n",
            rows, plen, ntok, maxd, !fixed, rt->o.n_threads, toks / t_off[rounds / 2]);
     printf("bench=draft rows=%d prompt=%d tokens=%d max_draft=%d adaptive=%d threads=%d "
-           "method=draft tok_s=%.2f speedup=%.2f drafted=%llu accepted=%lld acceptance=%.3f "
+           "method=draft tok_s=%.2f speedup=%.2f verified=%llu accepted=%lld acceptance=%.3f "
            "declined=%llu draft_s=%.2f draft_forwards=%llu identical=%s%s\n",
            rows, plen, ntok, maxd, !fixed, rt->o.n_threads, toks / t_on[rounds / 2],
-           t_off[rounds / 2] / t_on[rounds / 2], (unsigned long long)st.spec.drafted,
-           (long long)acc, st.spec.drafted ? (double)st.spec.accepted / (double)st.spec.drafted : 0,
+           t_off[rounds / 2] / t_on[rounds / 2], (unsigned long long)(acc + rej), (long long)acc,
+           acc + rej ? (double)acc / (double)(acc + rej) : 0,
            (unsigned long long)st.spec.skipped_cost, st.spec.draft_s,
            (unsigned long long)st.draft.forwards, differ ? "NO" : "yes", bad ? " errors=yes" : "");
     eng_engine_stop(e);

@@ -117,6 +117,8 @@ struct eng_engine {
                                   embedding requests; made at the first one, kept after */
     int32_t hidden_rows;
     eng_spec_cost spec_cost;   /* engine thread: measured step seconds by token count */
+    double draft_s_pos;        /* engine thread: EWMA seconds of one batched draft-model pass
+                                  (a draft position over the step's drafting rows); 0 = unknown */
     eng_spec_stats spec_acc;   /* engine thread: counters of the step in progress */
     eng_draft_job *djobs;      /* OWNED [max_seqs] with a draft model: this step's draft jobs */
     int32_t *dbuf;             /* OWNED [max_seqs x ENG_SPEC_MAX_DRAFT]: their tokens */
@@ -958,7 +960,7 @@ static void spec_plan(eng_engine *e, int32_t n)
     }
     double work = (double)T, t0 = 0;
     const wt_config *c = mdl_config(e->rt->model);
-    int32_t buf[ENG_SPEC_MAX_DRAFT];
+    int32_t buf[ENG_SPEC_MAX_DRAFT], dlong = 0; /* dlong: the longest draft-model job so far */
     for (int32_t k = 0; k < n; k++) {
         eng_handle *h = e->owners[k];
         eng_seq *s = h->seq;
@@ -976,9 +978,12 @@ static void spec_plan(eng_engine *e, int32_t n)
         if (!t0) t0 = plat_now();
         if (h->spec_method == ENG_SPEC_DRAFT) {
             /* a draft model always proposes kmax tokens and running it costs: the
-             * cost rule decides first; the drafts come from one batched run below */
-            if (e->o.spec.adaptive &&
-                !eng_spec_pays(&e->spec_cost, e->s_per_token, T, work, kmax, h->spec.rate * kmax)) {
+             * cost rule decides first, with the passes this row adds to the
+             * batched draft run (rows share them) priced at their measured time;
+             * the drafts come from one batched run below */
+            double extra = kmax > dlong ? (double)(kmax - dlong) * e->draft_s_pos : 0;
+            if (e->o.spec.adaptive && !eng_spec_pays_with(&e->spec_cost, e->s_per_token, T, work,
+                                                          kmax, h->spec.rate * kmax, extra)) {
                 eng_spec_row_skipped(&h->spec);
                 e->spec_acc.skipped_cost++;
                 continue;
@@ -987,6 +992,7 @@ static void spec_plan(eng_engine *e, int32_t n)
                                            .k = kmax, .out = e->dbuf + (size_t)nj * ENG_SPEC_MAX_DRAFT,
                                            .allow = h->gs ? draft_allow : NULL, .allow_user = h};
             e->djob_item[nj++] = k;
+            if (kmax > dlong) dlong = kmax;
             T += kmax; /* held for it: the drafts come back at most this long */
             rows += kmax;
             work += h->spec.rate * kmax;
@@ -1010,7 +1016,13 @@ static void spec_plan(eng_engine *e, int32_t n)
     }
     if (nj) { /* every draft-model row of the step in one batched drafting run */
         kiln_err err;
-        if (eng_draft_run(e->o.draft, e->djobs, nj, &err) != KILN_OK) {
+        double td = plat_now();
+        kiln_code drc = eng_draft_run(e->o.draft, e->djobs, nj, &err);
+        if (!drc && dlong > 0) { /* one pass per draft position, catch-up included */
+            double r = (plat_now() - td) / (double)dlong;
+            e->draft_s_pos = e->draft_s_pos > 0 ? 0.7 * e->draft_s_pos + 0.3 * r : r;
+        }
+        if (drc != KILN_OK) {
             KLOG_WARN("spec", "draft model failed, this step verifies no draft: %s", err.msg);
             nj = 0;
         }

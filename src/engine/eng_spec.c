@@ -144,8 +144,14 @@ double eng_spec_cost_at(const eng_spec_cost *c, int32_t T, double s_per_token)
 int eng_spec_pays(const eng_spec_cost *c, double s_per_token, int32_t T, double work, int32_t d,
                   double gain)
 {
+    return eng_spec_pays_with(c, s_per_token, T, work, d, gain, 0);
+}
+
+int eng_spec_pays_with(const eng_spec_cost *c, double s_per_token, int32_t T, double work,
+                       int32_t d, double gain, double extra_s)
+{
     double t0 = eng_spec_cost_at(c, T, s_per_token), t1 = eng_spec_cost_at(c, T + d, s_per_token);
     if (t0 <= 0 || t1 <= 0) return 1; /* nothing measured: draft, and so measure */
     if (t1 < t0) t1 = t0;             /* noise: a bigger step never costs less */
-    return (work + gain) / t1 > work / t0;
+    return (work + gain) / (t1 + (extra_s > 0 ? extra_s : 0)) > work / t0;
 }

@@ -97,5 +97,9 @@ double eng_spec_cost_at(const eng_spec_cost *c, int32_t T, double s_per_token);
  * second go up. With no measurement yet it pays. */
 int eng_spec_pays(const eng_spec_cost *c, double s_per_token, int32_t T, double work, int32_t d,
                   double gain);
+/* The same when drafting itself costs extra_s seconds more in the step (a
+ * draft model's forwards): (work + gain) / (t(T + d) + extra_s) > work / t(T). */
+int eng_spec_pays_with(const eng_spec_cost *c, double s_per_token, int32_t T, double work,
+                       int32_t d, double gain, double extra_s);
 
 #endif
