@@ -9,7 +9,8 @@
  * plus grammar rows and rows with drafting off, alone and together, equal
  * to drafting off token for token and logprob for logprob; pool counts of
  * the target after a run equal a plain run's and the drafter's pool holds
- * nothing active; a request for "draft" without a draft model is refused;
+ * nothing active; 8-bit quantized KV in both pools keeps identity; a
+ * request for "draft" without a draft model is refused;
  * --memory-budget planning counts the draft model.
  */
 #include "engine/eng_admit.h"
@@ -160,6 +161,7 @@ static int same(const collected *a, const collected *b)
 static eng_runtime *rt;
 static tok_tokenizer *tok;
 static eng_draft *draft;
+static kv_quant_mode kvq = KV_QUANT_OFF; /* the target's KV format (the drafter follows it) */
 
 /* An engine on the target with drafter ddir (NULL: none). */
 static eng_engine *start(const char *ddir, int adaptive)
@@ -171,6 +173,7 @@ static eng_engine *start(const char *ddir, int adaptive)
     o.n_threads = 1;
     o.block_tokens = 8;
     o.max_step_tokens = 64;
+    o.kv_quant = kvq;
     if (eng_runtime_open(target_dir, &o, &rt, &err)) return NULL;
     if (tok_load(target_dir, &tok, &err)) return NULL;
     draft = NULL;
@@ -362,6 +365,29 @@ static void test_identity_other_draft(void)
     stop_all(e);
 }
 
+/* Quantized KV (8-bit, both models): the drafter's pool is quantized too;
+ * identity holds, and the self-drafter's greedy rows still reject nothing
+ * (its KV is the target's, bit for bit). */
+static void test_identity_quantized_kv(void)
+{
+    ASSERT_TRUE(make_models() == 0);
+    kvq = KV_QUANT_8;
+    eng_engine *e = start(target_dir, 0);
+    kvq = KV_QUANT_OFF;
+    ASSERT_TRUE(e != NULL);
+    char desc[128];
+    kv_format_describe(&eng_draft_runtime(draft)->kv_fmt, desc, sizeof desc);
+    ASSERT_TRUE(strstr(desc, "q8") != NULL);
+    eng_bias bias = {40, 2.0f};
+    eng_params ps[10];
+    mixed_params(ps, &bias, NULL, NULL);
+    collected alone[16];
+    check_identity(e, ps, 8, alone);
+    ASSERT_TRUE(alone[0].accepted >= 40);
+    ASSERT_EQ_I64(alone[0].rejected, 0);
+    stop_all(e);
+}
+
 /* The target's pool after a run equals a plain run's (rejected drafts'
  * blocks back, the draft model's K/V never in it); the drafter's pool holds
  * nothing active and fits: no row was dropped for room. */
@@ -452,6 +478,7 @@ int main(void)
     RUN(test_vocab_check);
     RUN(test_identity_self_draft);
     RUN(test_identity_other_draft);
+    RUN(test_identity_quantized_kv);
     RUN(test_pool_counts_equal_a_plain_run);
     RUN(test_budget_counts_the_draft_model);
     return TEST_DONE();
