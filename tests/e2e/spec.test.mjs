@@ -3,11 +3,11 @@
 //                      [--method draft] (the drafting server drafts with --draft-model)
 //                      [--identity-only] (a random model: skip what assumes stories260K's text)
 import OpenAI from "openai";
-import { test, done, assert, arg } from "./harness.mjs";
+import { test, done, assert, arg, vfetch } from "./harness.mjs";
 
 const SPEC = arg("--spec"), PLAIN = arg("--plain"), METHOD = arg("--method") ?? "ngram";
 const IDENTITY_ONLY = process.argv.includes("--identity-only");
-const client = (u) => new OpenAI({ apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 120000 });
+const client = (u) => new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 120000 });
 const spec = client(SPEC), plain = client(PLAIN);
 
 // Text that quotes itself, as an edit quoting the code it changes: the n-gram
