@@ -56,6 +56,7 @@ typedef struct {
     int64_t grammar_ws;   /* --grammar-ws N */
     const char *spec;      /* --spec off|ngram|draft */
     const char *draft_model; /* --draft-model DIR|REPO */
+    int spec_fixed;          /* --spec-fixed: no adaptive length, no cost rule */
     int64_t spec_max_draft, spec_ngram; /* --spec-max-draft N, --spec-ngram N */
     cli_kv_flags kv;
     cli_list lora;              /* --lora NAME=DIR (repeatable) */
@@ -319,6 +320,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         return cli_fail("serve", &err);
     }
     eo.spec.max_draft = (int32_t)f->spec_max_draft;
+    eo.spec.adaptive = !f->spec_fixed;
     eo.spec.ngram_max = (int32_t)f->spec_ngram;
     if (eo.spec.ngram_min > eo.spec.ngram_max) eo.spec.ngram_min = eo.spec.ngram_max;
     if (f->ssd_cache) {
@@ -535,6 +537,10 @@ int cli_serve(int argc, char **argv)
          0},
         {"spec-max-draft", CLI_INT, &f.spec_max_draft, "N",
          "most draft tokens one sequence verifies per step (1..16, default 4)", 0},
+        {"spec-fixed", CLI_BOOL, &f.spec_fixed, NULL,
+         "every drafting row drafts --spec-max-draft tokens each step: no adaptive length and no "
+         "step cost rule (measurements and tests; output unchanged)",
+         0},
         {"spec-ngram", CLI_INT, &f.spec_ngram, "N",
          "longest suffix the n-gram drafter matches, tried down to 1 (default 3)", 0},
         CLI_KV_FLAGS(f.kv),

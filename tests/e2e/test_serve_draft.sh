@@ -6,7 +6,10 @@
 # exactly what plain servers answer (greedy, seeded sampling, penalties,
 # stop, max_tokens, logprobs, streaming, 8 at once); /stats shows the draft
 # model; drafters whose vocabulary differs are refused at start with the
-# first mismatching id named; --spec draft needs --draft-model.
+# first mismatching id named; --spec draft needs --draft-model. The drafting
+# servers run --spec-fixed: the step cost rule would decline a drafter as
+# costly as the target (stories260K drafting for itself), and the test wants
+# drafts verified whatever the machine's load.
 . "$(dirname "$0")/lib.sh"
 e2e_need node
 [ -d "$STORIES" ] || e2e_skip "no $STORIES"
@@ -18,12 +21,12 @@ if [ ! -f "$HALF/model.safetensors" ]; then # the same seed: the target's first 
 fi
 [ -f "$HALF/model.safetensors" ] || e2e_skip "cannot make the 2-layer drafter"
 
-e2e_server SELF --model "$STORIES" --ctx 512 --batch 8 --draft-model "$STORIES" --spec-max-draft 4 || exit 1
-e2e_server PLAIN --model "$STORIES" --ctx 512 --batch 8 || exit 1
+e2e_server SELF --model "$STORIES" --ctx 512 --batch 8 --draft-model "$STORIES" --spec-max-draft 4 --spec-fixed || exit 1
+e2e_server PLAIN --model "$STORIES" --ctx 512 --batch 8 --spec-fixed || exit 1 # drafts only when a request asks, then always
 run_node spec.test.mjs --spec "$SELF_URL" --plain "$PLAIN_URL" --method draft
 e2e_stop "$SELF_PID"; e2e_stop "$PLAIN_PID"
 
-e2e_server HALFD --model "$SMALL" --ctx 512 --batch 8 --draft-model "$HALF" || exit 1
+e2e_server HALFD --model "$SMALL" --ctx 512 --batch 8 --draft-model "$HALF" --spec-fixed || exit 1
 e2e_server SMALLP --model "$SMALL" --ctx 512 --batch 8 || exit 1
 # identity only: a random model's greedy text need not repeat the truncated drafter's
 out=$(cd "$E2E_DIR" && node spec.test.mjs --spec "$HALFD_URL" --plain "$SMALLP_URL" --method draft --identity-only 2>&1)
