@@ -14,12 +14,7 @@
 e2e_need node
 [ -d "$STORIES" ] || e2e_skip "no $STORIES"
 SMALL=$(e2e_small_model) || e2e_skip "cannot make the small test model"
-HALF="$KILN_BINARY_DIR/test-models/e2e-llama-small-f32-2layers"
-if [ ! -f "$HALF/model.safetensors" ]; then # the same seed: the target's first two layers
-  "$KILN_SOURCE_DIR/tools/make-test-model" --arch llama --dtype f32 --shape small --layers 2 \
-    --out "$HALF.tmp$$" >/dev/null && { mv -T "$HALF.tmp$$" "$HALF" 2>/dev/null || rm -rf "$HALF.tmp$$"; }
-fi
-[ -f "$HALF/model.safetensors" ] || e2e_skip "cannot make the 2-layer drafter"
+HALF=$(e2e_small_drafter) || e2e_skip "cannot make the 2-layer drafter"
 
 e2e_server SELF --model "$STORIES" --ctx 512 --batch 8 --draft-model "$STORIES" --spec-max-draft 4 --spec-fixed || exit 1
 e2e_server PLAIN --model "$STORIES" --ctx 512 --batch 8 --spec-fixed || exit 1 # drafts only when a request asks, then always
