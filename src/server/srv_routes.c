@@ -218,6 +218,21 @@ int srv_route_stats(srv_server *s, json_t **body)
                       "mean_accepted_length",
                       sp->rows ? (double)sp->accepted / (double)sp->rows : 0.0, "draft_s",
                       sp->draft_s, "verify_s", sp->verify_s));
+        json_t *spj = json_object_get(ej, "speculative");
+        if (spj && st.draft_on) { /* the draft model: what it is, what it holds, what it ran */
+            const eng_draft_info *di = &st.draft;
+            json_object_set_new(
+                spj, "draft_model",
+                json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I}",
+                          "dir", di->dir, "architecture", di->arch, "layers", (json_int_t)di->layers,
+                          "hidden", (json_int_t)di->hidden, "weights_bytes",
+                          (json_int_t)di->weights_bytes, "kv_bytes", (json_int_t)di->kv_bytes,
+                          "kv_blocks", (int)di->kv.n_blocks, "kv_blocks_free", (int)di->kv.n_free,
+                          "kv_blocks_active", (int)di->kv.n_active, "kv_blocks_cached",
+                          (int)di->kv.n_cached, "forwards", (json_int_t)di->forwards,
+                          "catchup_tokens", (json_int_t)di->catchup_tokens, "drafted",
+                          (json_int_t)di->drafted, "dropped_rows", (json_int_t)di->dropped_rows));
+        }
     }
     if (j) json_object_set_new(j, "connections", conns_json(s));
     json_t *adm = j ? admission_json(s, &st) : NULL;
