@@ -219,7 +219,7 @@ int srv_route_stats(srv_server *s, json_t **body)
             const eng_draft_info *di = &st.draft;
             json_object_set_new(
                 spj, "draft_model",
-                json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I}",
+                json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I}",
                           "dir", di->dir, "architecture", di->arch, "layers", (json_int_t)di->layers,
                           "hidden", (json_int_t)di->hidden, "weights_bytes",
                           (json_int_t)di->weights_bytes, "kv_bytes", (json_int_t)di->kv_bytes,
@@ -227,7 +227,8 @@ int srv_route_stats(srv_server *s, json_t **body)
                           "kv_blocks_active", (int)di->kv.n_active, "kv_blocks_cached",
                           (int)di->kv.n_cached, "forwards", (json_int_t)di->forwards,
                           "catchup_tokens", (json_int_t)di->catchup_tokens, "drafted",
-                          (json_int_t)di->drafted, "dropped_rows", (json_int_t)di->dropped_rows));
+                          (json_int_t)di->drafted, "dropped_rows", (json_int_t)di->dropped_rows,
+                          "deferred_rows", (json_int_t)di->deferred_rows));
         }
     }
     if (j) json_object_set_new(j, "connections", conns_json(s));

@@ -388,6 +388,35 @@ static void test_identity_quantized_kv(void)
     stop_all(e);
 }
 
+/* A prompt longer than the step's chunk (300 tokens, 64 a step): the draft
+ * sequence catches up one chunk per step (deferred, no draft meanwhile), then
+ * drafts; the output equals drafting off. */
+static void test_long_prompt_catch_up_is_chunked(void)
+{
+    ASSERT_TRUE(make_models() == 0);
+    eng_engine *e = start(target_dir, 0);
+    ASSERT_TRUE(e != NULL);
+    static int32_t longp[300];
+    for (int32_t i = 0; i < 300; i++)
+        longp[i] = 3 + (i * 53) % 29;
+    eng_params p = eng_params_default();
+    p.prompt = longp;
+    p.n_prompt = 300;
+    p.max_tokens = 40;
+    p.ignore_eos = true;
+    p.want_logprobs = true;
+    collected ref, got;
+    p.spec = ENG_SPEC_OFF;
+    run_all(e, &p, 1, 0, &ref);
+    p.spec = ENG_SPEC_DRAFT;
+    run_all(e, &p, 1, 0, &got);
+    ASSERT_TRUE(same(&ref, &got));
+    eng_stats st = eng_get_stats(e);
+    ASSERT_EQ_U64(st.draft.deferred_rows, 4); /* 64 + 64 + 64 + 64 + the last 44 with a draft */
+    ASSERT_TRUE(got.accepted >= 25 && got.rejected == 0);
+    stop_all(e);
+}
+
 /* The target's pool after a run equals a plain run's (rejected drafts'
  * blocks back, the draft model's K/V never in it); the drafter's pool holds
  * nothing active and fits: no row was dropped for room. */
@@ -479,6 +508,7 @@ int main(void)
     RUN(test_identity_self_draft);
     RUN(test_identity_other_draft);
     RUN(test_identity_quantized_kv);
+    RUN(test_long_prompt_catch_up_is_chunked);
     RUN(test_pool_counts_equal_a_plain_run);
     RUN(test_budget_counts_the_draft_model);
     return TEST_DONE();
