@@ -296,6 +296,10 @@ static void check_identity(eng_engine *e, eng_params *ps, int n, collected *alon
     ASSERT_EQ_I64(st.draft.kv.n_active, 0); /* every draft sequence freed */
     ASSERT_EQ_I64(kv_pool_check(eng_draft_runtime(draft)->kv), 0);
     ASSERT_EQ_U64(st.spec.emitted, st.spec.accepted + st.spec.rows);
+    /* only draft-model rows drafted: the by-method counters are the totals */
+    ASSERT_EQ_U64(st.spec_by[ENG_SPEC_DRAFT].accepted, st.spec.accepted);
+    ASSERT_EQ_U64(st.spec_by[ENG_SPEC_DRAFT].drafted, st.spec.drafted);
+    ASSERT_EQ_U64(st.spec_by[ENG_SPEC_NGRAM].drafted, 0);
     ASSERT_TRUE(st.draft.forwards > 0 && st.draft.drafted >= st.spec.drafted);
     fprintf(stderr, "  drafted %llu accepted %llu rows %llu draft forwards %llu catch-up %llu\n",
             (unsigned long long)st.spec.drafted, (unsigned long long)st.spec.accepted,
