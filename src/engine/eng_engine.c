@@ -834,8 +834,8 @@ static void engine_admit(eng_engine *e)
                 req_finish(e, h, ENG_FINISH_ERROR, NULL, &err); /* else its text would leak out */
                 continue;
             }
-            /* checkpoints do not carry the grammar's identity: constrained requests skip them */
-            if (e->o.ckpt_every > 0 && !h->p.grammar && ckpt_resume(e, h)) continue; /* ended in the replay */
+            /* after grammar_setup: the replay advances the parse state token by token */
+            if (e->o.ckpt_every > 0 && ckpt_resume(e, h)) continue; /* ended in the replay */
         }
         /* pooling every position needs every row computed: no cached prefix stands in */
         int32_t hit = eng_pool_needs_all(h->p.pooling) ? 0 : eng_seq_attach_prefix(h->seq, e->rt->kv, mdl_lora_set_ns(&h->p.lora, e->ns));

@@ -192,12 +192,16 @@ int srv_route_stats(srv_server *s, json_t **body)
         json_object_set_new(ej, "isa", json_string(st.isa ? st.isa : ""));
         json_object_set_new(ej, "matmul", json_string(st.matmul ? st.matmul : ""));
         /* constrained decoding (docs/structured-output.md) */
-        json_object_set_new(ej, "grammar",
-                            json_pack("{s:I, s:I, s:f, s:f, s:I}", "requests",
-                                      (json_int_t)st.grammar_requests, "masks",
-                                      (json_int_t)st.grammar.masks, "mask_s", st.grammar.mask_s,
-                                      "wait_s", st.grammar.wait_s, "budget_redraws",
-                                      (json_int_t)st.grammar.budget_redraws));
+        gr_cache_stats gc = gr_cache_get_stats(s->gcache);
+        json_object_set_new(
+            ej, "grammar",
+            json_pack("{s:I, s:I, s:f, s:f, s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "requests",
+                      (json_int_t)st.grammar_requests, "masks", (json_int_t)st.grammar.masks,
+                      "mask_s", st.grammar.mask_s, "wait_s", st.grammar.wait_s, "budget_redraws",
+                      (json_int_t)st.grammar.budget_redraws, "cache", "entries",
+                      (json_int_t)gc.entries, "bytes", (json_int_t)gc.bytes, "max_bytes",
+                      (json_int_t)gc.max_bytes, "hits", (json_int_t)gc.hits, "misses",
+                      (json_int_t)gc.misses, "evictions", (json_int_t)gc.evictions));
         /* rows of logits with NaN entries (never sampled, docs/engine.md Sampling) */
         json_object_set_new(ej, "nan_logit_rows", json_integer((json_int_t)st.nan_logit_rows));
         /* speculative decoding (docs/speculative.md) */
