@@ -341,6 +341,11 @@ static void test_identity_self_draft(void)
             ASSERT_TRUE(alone[0].accepted >= 40); /* greedy: everything but the last steps */
             ASSERT_EQ_I64(alone[0].rejected, 0);
             ASSERT_EQ_I64(alone[7].rejected, 0);
+            /* the constrained greedy row drafts under its grammar's mask: the
+             * target's own masked argmax, every time */
+            ASSERT_TRUE(alone[8].accepted >= 30);
+            ASSERT_EQ_I64(alone[8].rejected, 0);
+            ASSERT_TRUE(alone[9].accepted + alone[9].rejected > 0); /* the JSON Schema row drafts */
         }
         gr_grammar_release(g1);
         gr_grammar_release(g2);
@@ -364,6 +369,7 @@ static void test_identity_other_draft(void)
     check_identity(e, ps, 10, alone);
     eng_stats st = eng_get_stats(e);
     ASSERT_TRUE(st.spec.drafted > st.spec.accepted); /* it does not know the target's answers */
+    ASSERT_TRUE(alone[8].accepted > 0); /* under the grammar's mask it often agrees */
     gr_grammar_release(g1);
     gr_grammar_release(g2);
     stop_all(e);
