@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_serve_ssd_crash.sh — crashes and the SSD tier:
-#   resume: kill -9 at ~60% of a 300-token generation (seeded, greedy,
+#   resume: kill -9 after 150 chunks of a 600-token generation (seeded, greedy,
 #   unseeded, speculative with n-grams and with a draft model, constrained by a
 #   grammar, two batched rows), retry the identical request: identical text
 #   (seeded/greedy), usage.resumed_tokens > 0, checkpoint removed at the end;
@@ -23,7 +23,7 @@ n_ckpt() { ls "$DIR" | grep -c '^ck-'; }
 
 # resume NAME EXTRA_JSON COMPARE: reference run, killed run, retried run
 resume() {
-  local name=$1 extra=$2 compare=$3 refextra=${4:-$2} n=${RESUME_TOKENS:-300}
+  local name=$1 extra=$2 compare=$3 refextra=${4:-$2} n=${RESUME_TOKENS:-600}
   serve S || return 1
   local ref=""
   if [ "$compare" = same ]; then ref=$($PY "$REQ" "$S_URL" -5 "$n" "$refextra"); fi
