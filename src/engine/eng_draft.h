@@ -21,6 +21,9 @@
  * prefill or a prefix hit, the emitted tokens — is appended), then runs all
  * rows together: catch-up chunks and one draft-model forward per draft
  * position for every row that still drafts, batched like the target's step.
+ * A row's catch-up runs at most one chunk (the step's token budget, shared
+ * by the rows) per call: a row still behind after it drafts nothing this time
+ * and goes on at the next call.
  * Draft tokens are the draft model's argmax (greedy): deterministic, so exact
  * match verification costs nothing against rejection sampling
  * (docs/speculative.md) and the output never depends on the drafter.
@@ -71,6 +74,8 @@ typedef struct {
     uint64_t catchup_tokens;/* tokens run to bring draft sequences to the target's */
     uint64_t drafted;       /* tokens proposed */
     uint64_t dropped_rows;  /* rows that found no room in the draft pool */
+    uint64_t deferred_rows; /* rows whose catch-up took more than one chunk: one chunk ran,
+                               drafting waited for the next step */
 } eng_draft_info;
 
 /* API */

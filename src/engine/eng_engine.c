@@ -120,6 +120,7 @@ struct eng_engine {
     double draft_s_pos;        /* engine thread: EWMA seconds of one batched draft-model pass
                                   (a draft position over the step's drafting rows); 0 = unknown */
     eng_spec_stats spec_acc;   /* engine thread: counters of the step in progress */
+    eng_spec_stats spec_acc_m[ENG_SPEC_METHODS]; /* the same by the rows' method */
     eng_draft_job *djobs;      /* OWNED [max_seqs] with a draft model: this step's draft jobs */
     int32_t *dbuf;             /* OWNED [max_seqs x ENG_SPEC_MAX_DRAFT]: their tokens */
     int32_t *djob_item;        /* OWNED [max_seqs]: the step item of each job */
@@ -986,6 +987,7 @@ static void spec_plan(eng_engine *e, int32_t n)
                                                           kmax, h->spec.rate * kmax, extra)) {
                 eng_spec_row_skipped(&h->spec);
                 e->spec_acc.skipped_cost++;
+                e->spec_acc_m[ENG_SPEC_DRAFT].skipped_cost++;
                 continue;
             }
             e->djobs[nj] = (eng_draft_job){.seq = &h->dseq, .toks = s->tokens, .n_toks = n0,
@@ -1007,6 +1009,7 @@ static void spec_plan(eng_engine *e, int32_t n)
             !eng_spec_pays(&e->spec_cost, e->s_per_token, T, work, d, h->spec.rate * d)) {
             eng_spec_row_skipped(&h->spec);
             e->spec_acc.skipped_cost++;
+            e->spec_acc_m[ENG_SPEC_NGRAM].skipped_cost++;
             continue;
         }
         d = spec_take(e, k, buf, d);
@@ -1086,6 +1089,11 @@ static int spec_verify(eng_engine *e, eng_handle *h, float *lg)
     st->accepted += (uint64_t)m;
     st->emitted += (uint64_t)m + (gend ? 0 : 1);
     st->verify_s += plat_now() - t0;
+    eng_spec_stats *sm = &e->spec_acc_m[h->spec_method];
+    sm->rows++;
+    sm->drafted += (uint64_t)d;
+    sm->accepted += (uint64_t)m;
+    sm->emitted += (uint64_t)m + (gend ? 0 : 1);
     for (int32_t j = 0; j < m + (gend ? 0 : 1); j++) {
         if (j < m) h->spec_accepted++;
         /* what plain decoding has published when it samples out[j]: so a stop
@@ -1285,6 +1293,15 @@ static void engine_step(eng_engine *e)
     st->draft_s += sa->draft_s;
     st->verify_s += sa->verify_s;
     memset(sa, 0, sizeof *sa);
+    for (int m = 0; m < ENG_SPEC_METHODS; m++) {
+        eng_spec_stats *a = &e->spec_acc_m[m], *b = &e->stats.spec_by[m];
+        b->rows += a->rows;
+        b->drafted += a->drafted;
+        b->accepted += a->accepted;
+        b->emitted += a->emitted;
+        b->skipped_cost += a->skipped_cost;
+        memset(a, 0, sizeof *a);
+    }
     if (e->o.draft) e->stats.draft = eng_draft_get_info(e->o.draft);
     e->stats.steps++;
     e->stats.step_tokens += (uint64_t)toks;
