@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_serve_ssd_crash.sh — crashes and the SSD tier:
-#   resume: kill -9 at ~60% of a 300-token generation (seeded, greedy,
+#   resume: kill -9 after 150 chunks of a 600-token generation (seeded, greedy,
 #   unseeded, speculative with n-grams and with a draft model, constrained by a
 #   grammar, two batched rows), retry the identical request: identical text
 #   (seeded/greedy), usage.resumed_tokens > 0, checkpoint removed at the end;
@@ -23,15 +23,20 @@ n_ckpt() { ls "$DIR" | grep -c '^ck-'; }
 
 # resume NAME EXTRA_JSON COMPARE: reference run, killed run, retried run
 resume() {
-  local name=$1 extra=$2 compare=$3 refextra=${4:-$2} n=${RESUME_TOKENS:-300}
+  local name=$1 extra=$2 compare=$3 refextra=${4:-$2} n=${RESUME_TOKENS:-600}
   serve S || return 1
   local ref=""
   if [ "$compare" = same ]; then ref=$($PY "$REQ" "$S_URL" -5 "$n" "$refextra"); fi
   # the kill waits (generation going on) until the checkpoint file is on disk:
-  # on a loaded machine the writer may lag behind the 150th chunk
+  # on a loaded machine the writer may lag behind the 150th chunk. So that the
+  # file it sees is this request's, the reference run's checkpoint (removed
+  # when it completed, by the writer) must be gone first.
+  curl -s -X POST "$S_URL/admin/cache/flush" >/dev/null
+  for _ in $(seq 300); do [ "$(n_ckpt)" = 0 ] && break; sleep 0.1; done
   local killed; killed=$(KILN_KILL_SETTLE_CKPT=1 KILN_KILL_SETTLE_DIR="$DIR" $PY "$KILL" "$S_URL" "$S_PID" 150 5 "$n" "$extra")
   wait "$S_PID" 2>/dev/null
-  check "$name: killed mid-generation ($(j "$killed" "['chunks']") chunks), a checkpoint is on disk" [ "$(n_ckpt)" = 1 ]
+  local nk; nk=$(n_ckpt)
+  check "$name: killed mid-generation ($(j "$killed" "['chunks']") chunks), a checkpoint is on disk ($nk)" [ "$nk" = 1 ]
   serve S || return 1
   if [ -n "${OTHER:-}" ]; then # the same prompt under another grammar: never resumes this one
     local other; other=$($PY "$REQ" "$S_URL" -5 "$n" "$OTHER")
