@@ -10,7 +10,7 @@ e2e_need
 [ -d "$STORIES" ] || e2e_skip "no $STORIES"
 DIR="$E2E_TMP/ssd"
 mkdir -p "$DIR"
-python3 -c '
+/usr/bin/python3 -c '
 import os, sys
 d = sys.argv[1]
 for i in range(12000):
@@ -21,7 +21,7 @@ export KILN_PROGRESS=lines
 e2e_server A --model "$STORIES" --ssd-cache "$DIR" || exit 1
 check "a progress line for 12,000 entries" grep -q "indexing --ssd-cache: 100% (12000/12000" "$A_LOG"
 grep "indexing --ssd-cache" "$A_LOG" | sed 's/^/  /'
-q=$(curl -s "$A_URL/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ssd_cache"]["quarantined"])')
+q=$(curl -s "$A_URL/stats" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["ssd_cache"]["quarantined"])')
 check "every entry was scanned (12,000 quarantined: $q)" [ "$q" = 12000 ]
 check "SIGTERM exits 0" e2e_stop "$A_PID"
 e2e_server B --model "$STORIES" --ssd-cache "$DIR" || exit 1
