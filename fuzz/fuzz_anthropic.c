@@ -33,12 +33,14 @@ static void check(const srv_request *r)
     if (!json_is_array(r->messages) || json_array_size(r->messages) == 0) __builtin_trap();
     size_t i, k;
     json_t *m, *c;
-    json_array_foreach(r->messages, i, m) {
+    json_array_foreach(r->messages, i, m)
+    {
         if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) __builtin_trap();
         json_t *calls = json_object_get(m, "tool_calls");
         if (!calls) continue;
         if (!json_is_array(calls)) __builtin_trap();
-        json_array_foreach(calls, k, c) {
+        json_array_foreach(calls, k, c)
+        {
             json_t *fn = json_object_get(c, "function");
             json_t *a = json_object_get(fn, "arguments");
             if (!json_is_string(json_object_get(fn, "name"))) __builtin_trap();
@@ -49,8 +51,10 @@ static void check(const srv_request *r)
     if (r->tools) {
         if (json_array_size(r->tools) == 0) __builtin_trap();
         json_t *t;
-        json_array_foreach(r->tools, i, t) {
-            json_t *fn = json_object_get(t, "function"); /* nested, or flat as srv_toolreq reads it */
+        json_array_foreach(r->tools, i, t)
+        {
+            json_t *fn =
+                json_object_get(t, "function"); /* nested, or flat as srv_toolreq reads it */
             if (!json_is_string(json_object_get(fn ? fn : t, "name"))) __builtin_trap();
         }
     }
@@ -63,10 +67,13 @@ static char *wrap(int mode, const uint8_t *d, size_t n, size_t *len)
     static const char *const pre[] = {
         "",
         "{\"model\":\"m\",\"max_tokens\":16,\"system\":\"Be brief.\",\"messages\":",
-        "{\"model\":\"m\",\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],"
+        "{\"model\":\"m\",\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"Weather?"
+        "\"}],"
         "\"tool_choice\":{\"type\":\"tool\",\"name\":\"get_weather\"},\"tools\":",
-        "{\"model\":\"m\",\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"system\":",
-        "{\"model\":\"m\",\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},"
+        "{\"model\":\"m\",\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+        "\"system\":",
+        "{\"model\":\"m\",\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"Weather?"
+        "\"},"
         "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":"
         "\"get_weather\",\"input\":{\"city\":\"Paris\"}}]},{\"role\":\"user\",\"content\":",
     };
@@ -101,7 +108,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* count_tokens reads the same body without requiring max_tokens */
         if (rc2 != KILN_OK) __builtin_trap();
         if (!json_equal(r.messages, rc_req.messages)) __builtin_trap();
-        if (!r.tools != !rc_req.tools || (r.tools && !json_equal(r.tools, rc_req.tools))) __builtin_trap();
+        if (!r.tools != !rc_req.tools || (r.tools && !json_equal(r.tools, rc_req.tools)))
+            __builtin_trap();
         srv_request_free(&r);
     }
     if (rc2 == KILN_OK) {

@@ -33,13 +33,16 @@ static void check_messages(const json_t *msgs)
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) __builtin_trap();
     size_t i, k;
     json_t *m, *c;
-    json_array_foreach(msgs, i, m) {
+    json_array_foreach(msgs, i, m)
+    {
         if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) __builtin_trap();
         json_t *calls = json_object_get(m, "tool_calls");
         if (!calls) continue;
         if (!json_is_array(calls)) __builtin_trap();
-        json_array_foreach(calls, k, c) {
-            if (!json_is_string(json_object_get(json_object_get(c, "function"), "name"))) __builtin_trap();
+        json_array_foreach(calls, k, c)
+        {
+            if (!json_is_string(json_object_get(json_object_get(c, "function"), "name")))
+                __builtin_trap();
         }
     }
 }
@@ -53,8 +56,10 @@ static void check(const srv_request *r)
         if (json_array_size(r->tools) == 0) __builtin_trap();
         size_t i;
         json_t *t;
-        json_array_foreach(r->tools, i, t) {
-            json_t *fn = json_object_get(t, "function"); /* nested, or flat as srv_toolreq reads it */
+        json_array_foreach(r->tools, i, t)
+        {
+            json_t *fn =
+                json_object_get(t, "function"); /* nested, or flat as srv_toolreq reads it */
             if (!json_is_string(json_object_get(fn ? fn : t, "name"))) __builtin_trap();
         }
     }
@@ -65,7 +70,8 @@ static char *wrap(int mode, const uint8_t *d, size_t n, size_t *len)
 {
     static const char *const pre[] = {
         "",
-        "{\"model\":\"m\",\"instructions\":\"Be brief.\",\"max_output_tokens\":16,\"tools\":[{\"type\":"
+        "{\"model\":\"m\",\"instructions\":\"Be "
+        "brief.\",\"max_output_tokens\":16,\"tools\":[{\"type\":"
         "\"function\",\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
         "\"city\":{\"type\":\"string\"}}}}],\"input\":",
         "{\"model\":\"m\",\"input\":\"Weather in Paris?\",\"tool_choice\":\"auto\",\"tools\":",
@@ -109,18 +115,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * plus the answer as an assistant message */
     json_t *conv = json_copy(r.messages);
     if (conv && r.instructions) json_array_remove(conv, 0);
-    if (conv) json_array_append_new(conv, json_pack("{s:s, s:s}", "role", "assistant", "content", "ok"));
+    if (conv)
+        json_array_append_new(conv, json_pack("{s:s, s:s}", "role", "assistant", "content", "ok"));
     size_t stored = json_array_size(conv);
     if (conv) srv_rstore_put(st, "resp_fuzz", conv);
     json_decref(conv);
     srv_request_free(&r);
-    const char *next = "{\"model\":\"m\",\"previous_response_id\":\"resp_fuzz\",\"input\":\"and then?\"}";
+    const char *next =
+        "{\"model\":\"m\",\"previous_response_id\":\"resp_fuzz\",\"input\":\"and then?\"}";
     srv_request r2;
     rc = srv_parse_responses(st, next, strlen(next), &r2, param, &err);
     srv_rstore_stats ss = srv_rstore_get_stats(st);
     if (ss.entries == 1) { /* kept (not refused as larger than the cap) */
         if (rc != KILN_OK) {
-            fprintf(stderr, "a stored conversation could not be continued: %s (%s)\n", err.msg, param);
+            fprintf(stderr, "a stored conversation could not be continued: %s (%s)\n", err.msg,
+                    param);
             __builtin_trap();
         }
         if (json_array_size(r2.messages) != stored + 1) __builtin_trap();

@@ -756,7 +756,8 @@ static kiln_code scan_dir(kv_ssd *s, kiln_err *err)
     }
     closedir(d);
     /* the end: done == total (names that vanished since the count are done too) */
-    if (s->cfg.scan_progress && rc == KILN_OK) s->cfg.scan_progress(s->cfg.scan_progress_user, total, total);
+    if (s->cfg.scan_progress && rc == KILN_OK)
+        s->cfg.scan_progress(s->cfg.scan_progress_user, total, total);
     if (s->st.strange)
         KLOG_WARN("ssd",
                   "skipped %" PRIu64 " name(s) that are no regular file of ours (FIFO, device, "

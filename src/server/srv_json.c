@@ -190,9 +190,10 @@ kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln
 
 kiln_code srv_json_check_depth(const json_t *v, bool as_text, const char *what, kiln_err *err)
 {
-    int d = as_text && json_is_string(v)
-                ? kiln_json_text_depth(json_string_value(v), json_string_length(v), SRV_VALUE_MAX_DEPTH)
-                : kiln_json_value_depth(v, SRV_VALUE_MAX_DEPTH);
+    int d =
+        as_text && json_is_string(v)
+            ? kiln_json_text_depth(json_string_value(v), json_string_length(v), SRV_VALUE_MAX_DEPTH)
+            : kiln_json_value_depth(v, SRV_VALUE_MAX_DEPTH);
     if (d <= SRV_VALUE_MAX_DEPTH) return KILN_OK;
     return kiln_fail(err, KILN_E_INVALID,
                      "%s nests arrays/objects more than %d levels deep (kiln's limit for a JSON "

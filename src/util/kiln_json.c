@@ -153,8 +153,10 @@ int kiln_json_text_depth(const char *s, size_t len, int limit)
     for (size_t i = 0; i < len; i++) {
         char c = s[i];
         if (in_str) {
-            if (c == '\\') i++; /* the escaped byte, a quote included, never ends the string */
-            else if (c == '"') in_str = false;
+            if (c == '\\')
+                i++; /* the escaped byte, a quote included, never ends the string */
+            else if (c == '"')
+                in_str = false;
         } else if (c == '"') {
             in_str = true;
         } else if (c == '[' || c == '{') {

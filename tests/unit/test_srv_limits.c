@@ -21,9 +21,11 @@ static char *nest_obj(int n, const char *inner)
 {
     size_t len = (size_t)n * 6 + strlen(inner) + 1;
     char *s = malloc(len), *p = s;
-    for (int i = 0; i < n; i++) p += sprintf(p, "{\"a\":");
+    for (int i = 0; i < n; i++)
+        p += sprintf(p, "{\"a\":");
     p += sprintf(p, "%s", inner);
-    for (int i = 0; i < n; i++) *p++ = '}';
+    for (int i = 0; i < n; i++)
+        *p++ = '}';
     *p = 0;
     return s;
 }
@@ -42,9 +44,11 @@ static char *nest_arr(int n)
 static char *nest_obj_escaped(int n)
 {
     char *s = malloc((size_t)n * 8 + 8), *p = s;
-    for (int i = 0; i < n; i++) p += sprintf(p, "{\\\"a\\\":");
+    for (int i = 0; i < n; i++)
+        p += sprintf(p, "{\\\"a\\\":");
     p += sprintf(p, "1");
-    for (int i = 0; i < n; i++) *p++ = '}';
+    for (int i = 0; i < n; i++)
+        *p++ = '}';
     *p = 0;
     return s;
 }
@@ -70,9 +74,10 @@ static void *run_parse(void *arg)
     job *j = arg;
     srv_request r;
     size_t n = strlen(j->body);
-    j->rc = j->api == SRV_API_ANTHROPIC   ? srv_parse_anthropic(j->body, n, &r, j->param, &j->err)
-            : j->api == SRV_API_RESPONSES ? srv_parse_responses(NULL, j->body, n, &r, j->param, &j->err)
-                                          : srv_parse_request(j->api, j->body, n, &r, j->param, &j->err);
+    j->rc = j->api == SRV_API_ANTHROPIC ? srv_parse_anthropic(j->body, n, &r, j->param, &j->err)
+            : j->api == SRV_API_RESPONSES
+                ? srv_parse_responses(NULL, j->body, n, &r, j->param, &j->err)
+                : srv_parse_request(j->api, j->body, n, &r, j->param, &j->err);
     if (j->rc == KILN_OK) srv_request_free(&r);
     return NULL;
 }
@@ -94,7 +99,8 @@ static job parse_small_stack(srv_api api, const char *body)
     do {                                                                                           \
         ASSERT_EQ_I64((j).rc, KILN_E_INVALID);                                                     \
         ASSERT_STR_EQ((j).param, want_param);                                                      \
-        if (!strstr((j).err.msg, needle)) TEST_FAIL_("message '%s' lacks '%s'", (j).err.msg, needle); \
+        if (!strstr((j).err.msg, needle))                                                          \
+            TEST_FAIL_("message '%s' lacks '%s'", (j).err.msg, needle);                            \
     } while (0)
 
 static void test_text_and_value_depth(void)
@@ -152,8 +158,9 @@ static void test_body_depth_limit(void)
 
 static void test_tool_schema_depth_limit(void)
 {
-    const char *f = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
-                    "\"function\":{\"name\":\"deep\",\"parameters\":%s}}]}";
+    const char *f =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"deep\",\"parameters\":%s}}]}";
     char *at = nest_obj(SRV_VALUE_MAX_DEPTH, "1"), *over = nest_obj(SRV_VALUE_MAX_DEPTH + 1, "1");
     char *b_at = fmt(f, at), *b_over = fmt(f, over);
     job j = parse_small_stack(SRV_API_CHAT, b_at);
@@ -163,8 +170,9 @@ static void test_tool_schema_depth_limit(void)
     free(b_at), free(b_over);
 
     /* Anthropic: input_schema */
-    const char *fa = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-                     "\"tools\":[{\"name\":\"deep\",\"input_schema\":%s}]}";
+    const char *fa =
+        "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+        "\"tools\":[{\"name\":\"deep\",\"input_schema\":%s}]}";
     b_at = fmt(fa, at), b_over = fmt(fa, over);
     j = parse_small_stack(SRV_API_ANTHROPIC, b_at);
     ASSERT_EQ_I64(j.rc, KILN_OK);
@@ -173,7 +181,8 @@ static void test_tool_schema_depth_limit(void)
     free(b_at), free(b_over);
 
     /* Responses: flat function tools */
-    const char *fr = "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"deep\",\"parameters\":%s}]}";
+    const char *fr =
+        "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"deep\",\"parameters\":%s}]}";
     b_at = fmt(fr, at), b_over = fmt(fr, over);
     j = parse_small_stack(SRV_API_RESPONSES, b_at);
     ASSERT_EQ_I64(j.rc, KILN_OK);
@@ -185,17 +194,20 @@ static void test_tool_schema_depth_limit(void)
 
 static void test_response_format_schema_depth_limit(void)
 {
-    const char *f = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
-                    "\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":%s}}}";
+    const char *f =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+        "\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":%s}}}";
     char *at = nest_obj(SRV_VALUE_MAX_DEPTH, "1"), *over = nest_obj(SRV_VALUE_MAX_DEPTH + 1, "1");
     char *b_at = fmt(f, at), *b_over = fmt(f, over);
     job j = parse_small_stack(SRV_API_CHAT, b_at);
     ASSERT_EQ_I64(j.rc, KILN_OK);
     j = parse_small_stack(SRV_API_CHAT, b_over);
-    ASSERT_REFUSED(j, "response_format", "the JSON schema nests arrays/objects more than 64 levels");
+    ASSERT_REFUSED(j, "response_format",
+                   "the JSON schema nests arrays/objects more than 64 levels");
     free(b_at), free(b_over);
     /* Responses: text.format */
-    const char *fr = "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\",\"schema\":%s}}}";
+    const char *fr = "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":"
+                     "\"s\",\"schema\":%s}}}";
     b_at = fmt(fr, at), b_over = fmt(fr, over);
     j = parse_small_stack(SRV_API_RESPONSES, b_at);
     ASSERT_EQ_I64(j.rc, KILN_OK);
@@ -207,15 +219,19 @@ static void test_response_format_schema_depth_limit(void)
 static void test_tool_call_arguments_depth_limit(void)
 {
     /* arguments as JSON text (OpenAI chat, Responses function_call items) */
-    const char *f = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"tool_calls\":"
-                    "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"%s\"}}]},"
+    const char *f = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
+                    "\"tool_calls\":"
+                    "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                    "\"arguments\":\"%s\"}}]},"
                     "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"}]}";
-    char *at = nest_obj_escaped(SRV_VALUE_MAX_DEPTH), *over = nest_obj_escaped(SRV_VALUE_MAX_DEPTH + 1);
+    char *at = nest_obj_escaped(SRV_VALUE_MAX_DEPTH),
+         *over = nest_obj_escaped(SRV_VALUE_MAX_DEPTH + 1);
     char *b_at = fmt(f, at), *b_over = fmt(f, over);
     job j = parse_small_stack(SRV_API_CHAT, b_at);
     ASSERT_EQ_I64(j.rc, KILN_OK);
     j = parse_small_stack(SRV_API_CHAT, b_over);
-    ASSERT_REFUSED(j, "messages", "the arguments of tool call 0 of message 1 nests arrays/objects more than 64");
+    ASSERT_REFUSED(j, "messages",
+                   "the arguments of tool call 0 of message 1 nests arrays/objects more than 64");
     free(b_at), free(b_over);
     /* a 10,000-deep arguments string fits in a body of depth 5 */
     char *deep = malloc(20001);
@@ -224,8 +240,10 @@ static void test_tool_call_arguments_depth_limit(void)
     j = parse_small_stack(SRV_API_CHAT, b);
     ASSERT_REFUSED(j, "messages", "more than 64 levels");
     free(b);
-    const char *fr = "{\"input\":[{\"role\":\"user\",\"content\":\"x\"},{\"type\":\"function_call\",\"call_id\":\"c1\","
-                     "\"name\":\"f\",\"arguments\":\"%s\"},{\"type\":\"function_call_output\",\"call_id\":\"c1\","
+    const char *fr = "{\"input\":[{\"role\":\"user\",\"content\":\"x\"},{\"type\":\"function_"
+                     "call\",\"call_id\":\"c1\","
+                     "\"name\":\"f\",\"arguments\":\"%s\"},{\"type\":\"function_call_output\","
+                     "\"call_id\":\"c1\","
                      "\"output\":\"r\"}]}";
     b_at = fmt(fr, at), b_over = fmt(fr, over);
     j = parse_small_stack(SRV_API_RESPONSES, b_at);
@@ -239,10 +257,11 @@ static void test_tool_call_arguments_depth_limit(void)
     free(b), free(deep), free(at), free(over);
 
     /* Anthropic: tool_use input as an object */
-    const char *fa = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
-                     "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\","
-                     "\"input\":%s}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
-                     "\"tool_use_id\":\"t1\",\"content\":\"r\"}]}]}";
+    const char *fa =
+        "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\","
+        "\"input\":%s}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+        "\"tool_use_id\":\"t1\",\"content\":\"r\"}]}]}";
     at = nest_obj(SRV_VALUE_MAX_DEPTH, "1"), over = nest_obj(SRV_VALUE_MAX_DEPTH + 1, "1");
     b_at = fmt(fa, at), b_over = fmt(fa, over);
     j = parse_small_stack(SRV_API_ANTHROPIC, b_at);
@@ -254,14 +273,16 @@ static void test_tool_call_arguments_depth_limit(void)
 
 static void test_template_kwargs_depth_limit(void)
 {
-    const char *f = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"k\":%s}}";
+    const char *f = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_"
+                    "kwargs\":{\"k\":%s}}";
     /* the kwargs object is level 1 */
     char *at = nest_obj(SRV_VALUE_MAX_DEPTH - 1, "1"), *over = nest_obj(SRV_VALUE_MAX_DEPTH, "1");
     char *b_at = fmt(f, at), *b_over = fmt(f, over);
     job j = parse_small_stack(SRV_API_CHAT, b_at);
     ASSERT_EQ_I64(j.rc, KILN_OK);
     j = parse_small_stack(SRV_API_CHAT, b_over);
-    ASSERT_REFUSED(j, "chat_template_kwargs", "'chat_template_kwargs' nests arrays/objects more than 64");
+    ASSERT_REFUSED(j, "chat_template_kwargs",
+                   "'chat_template_kwargs' nests arrays/objects more than 64");
     free(b_at), free(b_over), free(at), free(over);
 }
 
