@@ -110,7 +110,7 @@ static json_t *norm_call(const json_t *call)
         json_t *o = json_loads(json_string_value(a), 0, NULL);
         if (json_is_object(o)) json_object_set_new(fn, "arguments", o);
         else json_decref(o);
-    } else if (fn && !a) {
+    } else if (fn && (!a || json_is_null(a))) { /* none: no arguments */
         json_object_set_new(fn, "arguments", json_object());
     }
     return c;
@@ -132,6 +132,12 @@ static kiln_code norm_messages(json_t *messages, char *param, kiln_err *err)
             if (!json_is_object(c) || !json_is_string(json_object_get(fn, "name"))) {
                 json_decref(out);
                 return bad(err, param, "messages", "each 'tool_calls' entry needs 'function.name'");
+            }
+            json_t *args = json_object_get(fn, "arguments");
+            if (args && !json_is_string(args) && !json_is_object(args) && !json_is_null(args)) {
+                json_decref(out);
+                return bad(err, param, "messages",
+                           "a tool call's 'function.arguments' must be a JSON string (or an object)");
             }
             /* parsed (norm_call) and handed to the template: bounded first */
             char what[160];

@@ -286,6 +286,37 @@ static void test_template_kwargs_depth_limit(void)
     free(b_at), free(b_over), free(at), free(over);
 }
 
+/* Found by fuzz_anthropic: a tool_use whose input is an array reached the
+ * template as the call's arguments; arguments are an object (Anthropic) or a
+ * JSON string / object (OpenAI), anything else is a 400 on 'messages'. */
+static void test_tool_call_arguments_must_be_an_object_or_a_string(void)
+{
+    const char *a = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                    "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\","
+                    "\"input\":[1]}]}]}";
+    job j = parse_small_stack(SRV_API_ANTHROPIC, a);
+    ASSERT_REFUSED(j, "messages", "tool_use blocks need an object 'input'");
+    const char *o = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
+                    "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                    "\"arguments\":7}}]}]}";
+    j = parse_small_stack(SRV_API_CHAT, o);
+    ASSERT_REFUSED(j, "messages", "must be a JSON string");
+    /* null arguments / input are no arguments: {} */
+    const char *n = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
+                    "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                    "\"arguments\":null}}]}]}";
+    srv_request r;
+    char param[64];
+    kiln_err err;
+    ASSERT_OK(srv_parse_request(SRV_API_CHAT, n, strlen(n), &r, param, &err));
+    json_t *args = json_object_get(
+        json_object_get(json_array_get(json_object_get(json_array_get(r.messages, 1), "tool_calls"), 0),
+                        "function"),
+        "arguments");
+    ASSERT_TRUE(json_is_object(args) && json_object_size(args) == 0);
+    srv_request_free(&r);
+}
+
 int main(void)
 {
     kiln_json_init();
@@ -295,5 +326,6 @@ int main(void)
     RUN(test_response_format_schema_depth_limit);
     RUN(test_tool_call_arguments_depth_limit);
     RUN(test_template_kwargs_depth_limit);
+    RUN(test_tool_call_arguments_must_be_an_object_or_a_string);
     return TEST_DONE();
 }
