@@ -153,6 +153,12 @@ struct mdl_step {
     const float *norm_w;        /* the weight norm_rows applies */
     int64_t grain;              /* pool grain over tokens */
     int any_lora;               /* some sequence carries a non-empty mdl_lora_set */
+    /* Fused stages (mdl_attn.c, mdl_mlp.c): independent matmuls as one pool
+     * job, element-wise steps inside the job that made their rows. Off with
+     * LoRA (its update sits between a projection and the next step) and when
+     * the context says (mdl_ctx_set_fused). Same bits either way. */
+    int fused;
+    int fold_residual; /* this stage adds its output into x itself (fused, no post-norm) */
 };
 
 /* y[t] += b for t < T (b NULL: nothing). */
