@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "grammar/gr.h"
 #include "server/srv.h"
 #include "server/srv_chat.h"
 #include "server/srv_conns.h"
@@ -33,6 +34,7 @@ struct srv_server {
     srv_chat *chat;               /* OWNED; NULL: no chat template */
     srv_lora_table lora;          /* OWNED: adapters by name (srv_lora.h), fixed at srv_attach */
     srv_rstore *rstore;           /* OWNED: Responses API store (previous_response_id) */
+    gr_cache *gcache;             /* OWNED: compiled grammars (--grammar-cache); NULL = off */
     srv_tc_family tool_family;    /* how tool calls are parsed (set by srv_attach) */
     srv_metrics *metrics;         /* OWNED */
     srv_conns *conns;             /* OWNED: open connections, deadlines, caps */

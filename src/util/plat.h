@@ -28,6 +28,9 @@ kiln_code plat_read_file(const char *path, size_t max_bytes, char **out, size_t 
 int plat_cpu_count(void);      /* online CPUs, >= 1 */
 size_t plat_page_size(void);
 double plat_now(void);         /* monotonic seconds */
+/* The calling thread's CPU time in seconds (time it ran, not time it waited:
+ * a compile limit that holds on a loaded machine). */
+double plat_thread_cpu(void);
 uint64_t plat_rss_bytes(void); /* current resident set; 0 if unknown */
 uint64_t plat_peak_rss_bytes(void);
 uint64_t plat_total_memory(void);
