@@ -146,6 +146,9 @@ static int plan_memory(const serve_flags *f, const char *dir, const wt_config *c
     /* the server's own memory: the Responses store and the requests' bodies and JSON */
     in.overhead_bytes = eng_admit_overhead_for_dir(
         dir, (uint64_t)sc->responses_store_bytes + sc->request_memory, base.o.max_seqs);
+    /* the adapters --lora / --lora-dir will load, from their headers */
+    if (cli_loras_bytes(&f->lora, f->lora_dir, &in.adapter_bytes, &err))
+        return cli_fail("serve", &err);
     if (f->prompt_cache > 0) {
         /* --prompt-cache GiB of blocks beyond batch x ctx, at the KV format's bytes */
         double extra = f->prompt_cache * 1073741824.0 /

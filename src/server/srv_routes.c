@@ -91,6 +91,7 @@ static json_t *admission_json(const srv_server *s, const eng_stats *st)
     json_object_set_new(o, "usable_bytes",
                         a->budget_bytes ? json_integer((json_int_t)a->usable_bytes) : json_null());
     json_object_set_new(o, "overhead_bytes", json_integer((json_int_t)a->overhead_bytes));
+    json_object_set_new(o, "adapter_bytes", json_integer((json_int_t)a->adapter_bytes));
     json_object_set_new(o, "kv_bytes_per_token",
                         json_integer((json_int_t)a->fit.kv_bytes_per_token));
     json_object_set_new(o, "kv_projected_bytes", json_integer((json_int_t)st->kv_projected_bytes));

@@ -236,7 +236,7 @@ static void test_info(void)
     eng_runtime_close(rt);
 }
 
-/* 8 sequences, 4 adapter sets + 2 without, one step at a time together, with
+/* 8 sequences, 4 adapter sets (two rows each for two of them) + 2 without, one step at a time together, with
  * ragged chunks: each sequence's logits bitwise what it gets alone in one chunk. */
 static void test_mixed_batch_is_bitwise_each_alone(void)
 {
@@ -247,12 +247,15 @@ static void test_mixed_batch_is_bitwise_each_alone(void)
         mdl_lora *a = load(rt, peft8), *b = load(rt, rs16), *c = load(rt, mlx4),
                  *d = load(rt, stack2);
         ASSERT_TRUE(a && b && c && d);
-        mdl_lora_set sets[4] = {{.n = 1, .a = {a}, .scale = {1}},
+        /* sets[4] is sets[0] by value, not by pointer: rows 0 and 6 form one group
+         * whose tiles (mdl_lora_plan) span sequences; rows 3 and 7 share sets[2] */
+        mdl_lora_set sets[5] = {{.n = 1, .a = {a}, .scale = {1}},
                                 {.n = 1, .a = {b}, .scale = {0.7f}},
                                 {.n = 1, .a = {c}, .scale = {1}},
-                                {.n = 2, .a = {a, d}, .scale = {1, 0.5f}}};
+                                {.n = 2, .a = {a, d}, .scale = {1, 0.5f}},
+                                {.n = 1, .a = {a}, .scale = {1}}};
         const mdl_lora_set *use[8] = {&sets[0], NULL, &sets[1], &sets[2],
-                                      &sets[3], NULL, &sets[0], &sets[2]};
+                                      &sets[3], NULL, &sets[4], &sets[2]};
         int64_t V = mdl_vocab(rt->model);
         int32_t lens[8] = {20, 13, 17, 9, 20, 5, 11, 16};
         float *alone = malloc(sizeof(float) * (size_t)V * 8),
