@@ -9,7 +9,10 @@
  * Checks, beyond no crash, no leak, no UB:
  *   - every call has a name and arguments that are a JSON object;
  *   - streaming and not agree: the content and the calls are the same
- *     whether the text is pushed whole or in chunks (a client sees one text).
+ *     whether the text is pushed whole or in chunks (a client sees one text);
+ *   - the arguments streamed while a call is written (srv_tc_open_get) only
+ *     grow, and a parsed call's arguments begin with all that was streamed
+ *     for its serial: the fragments concatenate to the final arguments.
  */
 #include <stdint.h>
 #include <string.h>
@@ -33,6 +36,33 @@ typedef struct {
     srv_buf calls; /* name \0 args \0 ... */
 } run_out;
 
+#define MAX_SHOWN 64
+typedef struct {
+    size_t serial[MAX_SHOWN];
+    srv_buf args[MAX_SHOWN]; /* what was streamed for serial[k] */
+    size_t n;
+} shown;
+
+/* Records the open calls; -1 when a shown prefix changed. */
+static int watch(srv_tc *p, shown *w)
+{
+    for (size_t k = 0; k < srv_tc_open_count(p); k++) {
+        size_t serial, len, j;
+        const char *name, *args;
+        srv_tc_open_get(p, k, &serial, &name, &args, &len);
+        if (!name[0]) return -1;
+        for (j = 0; j < w->n && w->serial[j] != serial; j++) continue;
+        if (j == w->n) {
+            if (w->n == MAX_SHOWN) return 0;
+            w->serial[w->n++] = serial;
+        }
+        srv_buf *b = &w->args[j];
+        if (len < b->len || (b->len && memcmp(b->p, args, b->len))) return -1;
+        if (srv_buf_add(b, args + b->len, len - b->len)) return 0;
+    }
+    return 0;
+}
+
 /* Runs the parser over text in chunks (chunk seed 0: all at once). Returns -1
  * when a call is malformed (the check that must never fire), 1 on OOM. */
 static int run(srv_tc_family f, const json_t *tools, const char *text, size_t n, uint8_t seed,
@@ -40,6 +70,8 @@ static int run(srv_tc_family f, const json_t *tools, const char *text, size_t n,
 {
     srv_tc *p;
     if (srv_tc_create(f, tools, &p, NULL)) return 1;
+    shown w = {0};
+    int grew = 0;
     uint32_t x = seed;
     for (size_t at = 0; at < n;) {
         size_t k = n - at;
@@ -50,22 +82,29 @@ static int run(srv_tc_family f, const json_t *tools, const char *text, size_t n,
         }
         if (srv_tc_push(p, text + at, k, &o->content)) {
             srv_tc_free(p);
+            for (size_t j = 0; j < w.n; j++) srv_buf_free(&w.args[j]);
             return 1;
         }
+        grew |= watch(p, &w);
         at += k;
     }
-    int rc = srv_tc_finish(p, &o->content) ? 1 : 0;
+    int rc = srv_tc_finish(p, &o->content) ? 1 : grew;
     for (size_t i = 0; !rc && i < srv_tc_count(p); i++) {
         const char *name, *args;
         srv_tc_get(p, i, &name, &args);
         json_t *a = json_loads(args, JSON_ALLOW_NUL, NULL);
         if (!name || !name[0] || !json_is_object(a)) rc = -1;
         json_decref(a);
+        for (size_t j = 0; !rc && j < w.n; j++) /* streamed fragments are a prefix */
+            if (w.serial[j] == srv_tc_serial(p, i) &&
+                (strlen(args) < w.args[j].len || (w.args[j].len && memcmp(w.args[j].p, args, w.args[j].len))))
+                rc = -1;
         if (!rc && (srv_buf_add(&o->calls, name, strlen(name) + 1) ||
                     srv_buf_add(&o->calls, args, strlen(args) + 1)))
             rc = 1;
     }
     srv_tc_free(p);
+    for (size_t j = 0; j < w.n; j++) srv_buf_free(&w.args[j]);
     return rc;
 }
 

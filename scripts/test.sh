@@ -9,7 +9,7 @@ scripts/setup.sh
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 if [ -f tests/e2e/package.json ]; then
-  (cd tests/e2e && { [ -d node_modules ] || npm install --no-audit --no-fund --loglevel=error; })
+  (cd tests/e2e && { [ -d node_modules/zod ] || npm install --no-audit --no-fund --loglevel=error; })
 fi
 # playwright-core (no browser download: it drives Debian's chromium) for the chat page's test
 if [ -f tests/webui/package.json ]; then

@@ -8,6 +8,7 @@
 #include "cli/cli_args.h"
 #include "engine/eng_admit.h"
 #include "engine/eng_fit.h"
+#include "engine/eng_draft.h"
 #include "engine/eng_fit_report.h"
 #include "server/srv.h"
 #include "weights/wt_set.h"
@@ -28,7 +29,7 @@ static double gib(uint64_t b)
 
 int cli_fit(int argc, char **argv)
 {
-    const char *model = NULL;
+    const char *model = NULL, *draft = NULL;
     int64_t ctx = 0, batch = 1, threads = 0;
     double budget = 0, bandwidth = 0;
     int json = 0;
@@ -47,9 +48,16 @@ int cli_fit(int argc, char **argv)
         {"bandwidth", CLI_FLOAT, &bandwidth, "GBS",
          "memory bandwidth for the decode prediction (default: measured, 512 MiB read)", 0},
         {"json", CLI_BOOL, &json, NULL, "print one JSON object", 0},
+<<<<<<< HEAD
         {"lora", CLI_LIST, &lora, "NAME=DIR", "count a LoRA adapter kiln serve would load (repeatable)",
          0},
         {"lora-dir", CLI_STR, &lora_dir, "DIR", "count every adapter folder in DIR", 0},
+=======
+        {"draft-model", CLI_STR, &draft, "DIR",
+         "count a draft model too (kiln serve --draft-model): its weights, transients and a KV "
+         "pool of one block per block",
+         0},
+>>>>>>> main
         CLI_KV_FLAGS(kvf),
         {0},
     };
@@ -83,6 +91,15 @@ int cli_fit(int argc, char **argv)
         return 2;
     }
     o.kv_fmt = &kf; /* the same format eng_runtime_open resolves */
+    eng_draft_cost dc = {0};
+    if (draft) { /* sized for the largest context, as kiln serve does */
+        eng_runtime_opts r = eng_runtime_resolve(&c, &o);
+        if (eng_draft_cost_of(draft, &r, &dc, &err)) {
+            wt_set_close(ws);
+            wt_config_free(&c);
+            return cli_fail("fit: --draft-model", &err);
+        }
+    }
     eng_fit f;
     eng_admit_plan plan;
     int have_plan = 0;
@@ -100,6 +117,8 @@ int cli_fit(int argc, char **argv)
         in.ctx_explicit = ctx > 0;
         eng_runtime_opts r = eng_runtime_resolve(&c, &o);
         in.overhead_bytes = eng_admit_overhead_for_dir(model, CLI_FIT_SERVER_BYTES, r.max_seqs);
+        in.draft_fixed_bytes = dc.fixed_bytes;
+        in.draft_block_bytes = dc.block_bytes;
         if (eng_admit_compute(&c, mdl_weights_used_bytes(&c, ws), &o, &in, &plan, &err)) {
             wt_set_close(ws);
             wt_config_free(&c);
@@ -109,6 +128,10 @@ int cli_fit(int argc, char **argv)
         have_plan = 1;
     } else {
         eng_fit_compute(&c, mdl_weights_used_bytes(&c, ws), &o, &f);
+        if (draft) {
+            f.draft_bytes = dc.fixed_bytes + (uint64_t)f.o.n_blocks * dc.block_bytes;
+            f.total_bytes += f.draft_bytes;
+        }
     }
     if (bandwidth <= 0) bandwidth = eng_measure_bandwidth(f.o.n_threads);
     double tok_s = bandwidth > 0 ? bandwidth * 1e9 / (double)f.read_per_token : 0;
@@ -178,6 +201,11 @@ int cli_fit(int argc, char **argv)
                (int)f.o.max_step_tokens, f.o.n_threads);
         printf("logits:           %8.3f GiB (%d rows)\n", gib(f.logits_bytes), (int)f.o.logit_rows);
         printf("other:            %8.3f GiB\n", gib(f.other_bytes));
+        if (draft)
+            printf("draft model:      %8.3f GiB (%s: weights %.3f GiB, transients %.3f GiB, KV "
+                   "%d blocks x %" PRIu64 " bytes)\n",
+                   gib(f.draft_bytes), draft, gib(dc.weights_bytes),
+                   gib(dc.fixed_bytes - dc.weights_bytes), (int)f.o.n_blocks, dc.block_bytes);
         printf("total:            %8.3f GiB (%.2f GB)\n", gib(f.total_bytes), (double)f.total_bytes / 1e9);
         if (adapter_bytes)
             printf("lora adapters:    %8.3f GiB (f32 A and B, outside total; counted by the plan)\n",

@@ -54,7 +54,9 @@ typedef struct {
     double ssd_cache_max; /* GiB; 0 = no cap */
     int64_t gen_ckpt;     /* --generation-checkpoint N; 0 = off */
     int64_t grammar_ws;   /* --grammar-ws N */
-    const char *spec;      /* --spec off|ngram */
+    const char *spec;      /* --spec off|ngram|draft */
+    const char *draft_model; /* --draft-model DIR|REPO */
+    int spec_fixed;          /* --spec-fixed: no adaptive length, no cost rule */
     int64_t spec_max_draft, spec_ngram; /* --spec-max-draft N, --spec-ngram N */
     cli_kv_flags kv;
     cli_list lora;              /* --lora NAME=DIR (repeatable) */
@@ -129,10 +131,16 @@ static int check_flags(const serve_flags *f, int *thinking)
 /* The memory plan: context limit and KV pool size (inside --memory-budget
  * when given, narrowed by KILN_CONTEXT_LIMIT). Prints the refusal and returns
  * non-zero when the budget leaves no room for any context. */
-static int plan_memory(const serve_flags *f, const char *dir, const wt_config *cfg,
-                       const srv_config *sc, const eng_runtime_opts *o, eng_admit_plan *plan)
+static int plan_memory(const serve_flags *f, const char *dir, const char *draft_dir,
+                       const wt_config *cfg, const srv_config *sc, const eng_runtime_opts *o,
+                       eng_admit_plan *plan)
 {
     kiln_err err;
+    eng_draft_cost dc = {0};
+    if (draft_dir) { /* sized for the largest context: the plan may only shrink it */
+        eng_runtime_opts r = eng_runtime_resolve(cfg, o);
+        if (eng_draft_cost_of(draft_dir, &r, &dc, &err)) return cli_fail("serve: --draft-model", &err);
+    }
     wt_set *ws;
     if (wt_set_open(dir, &ws, &err)) return cli_fail("serve", &err);
     uint64_t weights = mdl_weights_used_bytes(cfg, ws);
@@ -143,6 +151,8 @@ static int plan_memory(const serve_flags *f, const char *dir, const wt_config *c
     in.budget_bytes = (uint64_t)(f->memory_budget * 1e9);
     in.env_limit = f->env_limit;
     in.ctx_explicit = f->ctx > 0;
+    in.draft_fixed_bytes = dc.fixed_bytes;
+    in.draft_block_bytes = dc.block_bytes;
     /* the server's own memory: the Responses store and the requests' bodies and JSON */
     in.overhead_bytes = eng_admit_overhead_for_dir(
         dir, (uint64_t)sc->responses_store_bytes + sc->request_memory, base.o.max_seqs);
@@ -178,6 +188,7 @@ typedef struct {
     srv_server *srv;
     kv_ssd *ssd;
     cli_loras loras;
+    eng_draft *draft;
 } serve_state;
 
 static void serve_close(serve_state *st)
@@ -193,6 +204,7 @@ static void serve_close(serve_state *st)
     }
     eng_engine_stop(st->eng);
     cli_loras_free(&st->loras); /* after the engine: no request runs with them any more */
+    eng_draft_close(st->draft); /* before the runtime: it runs on the target's threads */
     kv_ssd_close(st->ssd, 5.0);
     tok_destroy(st->tok);
     eng_runtime_close(st->rt);
@@ -205,9 +217,12 @@ static void load_progress(void *user, double fraction)
 
 static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, sigset_t *sigs)
 {
-    char dir[4096], id[512];
+    char dir[4096], id[512], ddir[4096], did[512];
     int rc = cli_pick_model("serve", f->model, f->offline, dir, sizeof dir, id, sizeof id);
     if (rc) return rc;
+    if (f->draft_model &&
+        (rc = cli_pick_model("serve", f->draft_model, f->offline, ddir, sizeof ddir, did, sizeof did)))
+        return rc;
     kiln_err err;
     wt_config cfg;
     if (wt_config_load(dir, &cfg, &err)) return cli_fail("serve", &err);
@@ -274,7 +289,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
      * which covers only what the model adds (weights, KV, scratch). */
     uint64_t process_bytes = plat_rss_bytes();
     eng_admit_plan plan;
-    rc = plan_memory(f, dir, &cfg, &sc, &o, &plan);
+    rc = plan_memory(f, dir, f->draft_model ? ddir : NULL, &cfg, &sc, &o, &plan);
     wt_config_free(&cfg);
     if (rc) {
         serve_close(&st);
@@ -291,8 +306,15 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         serve_close(&st);
         return cli_fail("serve", &err);
     }
+    /* the draft model: its own KV pool, one block per target block (counted by the plan) */
+    if (f->draft_model && eng_draft_open(ddir, st.rt, st.tok, plan.n_blocks, &st.draft, &err)) {
+        serve_close(&st);
+        return cli_fail("serve: --draft-model", &err);
+    }
     eng_engine_opts eo = eng_engine_opts_default();
     eo.max_queue = (int32_t)f->max_queue;
+    eo.draft = st.draft;
+    if (st.draft) eo.spec.method = ENG_SPEC_DRAFT; /* the default with a draft model; --spec wins */
     if (f->max_stall_ms >= 0) eo.max_stall_s = f->max_stall_ms / 1000.0;
     eo.kv_budget_bytes = (uint64_t)(f->kv_budget * 1e9);
     eo.kv_bytes_per_token = plan.fit.kv_bytes_per_token;
@@ -301,6 +323,7 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         return cli_fail("serve", &err);
     }
     eo.spec.max_draft = (int32_t)f->spec_max_draft;
+    eo.spec.adaptive = !f->spec_fixed;
     eo.spec.ngram_max = (int32_t)f->spec_ngram;
     if (eo.spec.ngram_min > eo.spec.ngram_max) eo.spec.ngram_min = eo.spec.ngram_max;
     if (f->ssd_cache) {
@@ -364,6 +387,14 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
                f->lora_default && !strcmp(f->lora_default, st.loras.ads[i].name) ? " [default]" : "",
                li.format == MDL_LORA_PEFT ? "peft" : "mlx-lm", (int)li.rank, (double)li.scale,
                li.targets, li.bytes / 1048576.0);
+    }
+    if (st.draft) {
+        eng_draft_info di = eng_draft_get_info(st.draft);
+        printf("kiln: draft model %s (%s, %lld layers, %.1f MiB weights; KV pool %d blocks = %.1f "
+               "MiB); default speculative method: %s\n",
+               did, di.arch, (long long)di.layers, (double)di.weights_bytes / 1048576.0,
+               (int)di.kv.n_blocks, (double)di.kv_bytes / 1048576.0,
+               eng_spec_method_name(eo.spec.method));
     }
     if (plan.budget_bytes)
         printf("kiln: memory budget %.3f GB: max safe context %d tokens, enforced %d (%s), %.1f "
@@ -498,12 +529,21 @@ int cli_serve(int argc, char **argv)
         {"grammar-ws", CLI_INT, &f.grammar_ws, "N",
          "constrained JSON (response_format, tool calls): most whitespace bytes between two "
          "tokens (default 20; 0 = compact JSON)", 0},
-        {"spec", CLI_STR, &f.spec, "off|ngram",
+        {"spec", CLI_STR, &f.spec, "off|ngram|draft",
          "speculative decoding by default (per request: \"speculative\"); ngram drafts from the "
-         "prompt and output; never changes the output (default off)",
+         "prompt and output, draft from --draft-model; never changes the output (default off, "
+         "draft with --draft-model)",
+         0},
+        {"draft-model", CLI_STR, &f.draft_model, "DIR|REPO",
+         "a small model with the same tokenizer that drafts tokens for the model to verify "
+         "(--spec draft; its own KV pool, counted by --memory-budget)",
          0},
         {"spec-max-draft", CLI_INT, &f.spec_max_draft, "N",
          "most draft tokens one sequence verifies per step (1..16, default 4)", 0},
+        {"spec-fixed", CLI_BOOL, &f.spec_fixed, NULL,
+         "every drafting row drafts --spec-max-draft tokens each step: no adaptive length and no "
+         "step cost rule (measurements and tests; output unchanged)",
+         0},
         {"spec-ngram", CLI_INT, &f.spec_ngram, "N",
          "longest suffix the n-gram drafter matches, tried down to 1 (default 3)", 0},
         CLI_KV_FLAGS(f.kv),
@@ -556,6 +596,10 @@ int cli_serve(int argc, char **argv)
     eng_spec_method spec_m;
     if (f.spec && eng_spec_method_parse(f.spec, &spec_m, &lerr)) {
         fprintf(stderr, "kiln serve: --spec: %s\n", lerr.msg);
+        return 2;
+    }
+    if (f.spec && spec_m == ENG_SPEC_DRAFT && !f.draft_model) {
+        fprintf(stderr, "kiln serve: --spec draft needs --draft-model DIR\n");
         return 2;
     }
     if (f.responses_ttl <= 0 || f.responses_store_mib <= 0) {

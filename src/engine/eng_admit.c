@@ -114,6 +114,7 @@ typedef struct {
     uint64_t adapters; /* of which LoRA adapters (for the refusal's words) */
     int32_t window0; /* group 0's retention window (its blocks per sequence are capped) */
     int n_groups;    /* KV groups: past group 0 the pool's cost is not linear in n_blocks */
+    uint64_t draft_fixed, draft_block; /* a draft model: fixed bytes, KV bytes per block */
 } planner;
 
 /* Bytes that do not depend on the pool size at context ctx, and the cost of
@@ -126,7 +127,8 @@ static void fixed_at(const planner *p, int32_t ctx, uint64_t *fixed, uint64_t *b
     eng_fit f1;
     eng_fit_compute(p->c, p->weights, &o, &f1);
     *block = f1.kv_bytes_per_token * (uint64_t)f1.o.block_tokens + 64; /* 64: metadata, eng_fit */
-    *fixed = f1.total_bytes - f1.kv_pool_bytes - 64 + p->overhead;
+    *fixed = f1.total_bytes - f1.kv_pool_bytes - 64 + p->overhead + p->draft_fixed;
+    *block += p->draft_block; /* the draft model's pool has one block per target block */
 }
 
 /* Everything counted for a pool of nb >= 1 blocks at context ctx. */
@@ -137,7 +139,7 @@ static uint64_t total_at(const planner *p, int32_t ctx, int64_t nb)
     o.n_blocks = (int32_t)nb;
     eng_fit f;
     eng_fit_compute(p->c, p->weights, &o, &f);
-    return f.total_bytes + p->overhead;
+    return f.total_bytes + p->overhead + p->draft_fixed + (uint64_t)nb * p->draft_block;
 }
 
 /* KV blocks a budget leaves at context ctx (0 when the fixed part alone is over).
@@ -201,12 +203,20 @@ static kiln_code refuse(const planner *p, uint64_t budget, kiln_err *err)
         err, KILN_E_BUDGET,
         "the memory budget of %.3f GB leaves no room for any context: weights %.3f GB "
         "+ fixed overhead %.3f GB (step scratch %.3f, logits %.3f, other %.3f, process "
+<<<<<<< HEAD
         "%.3f%s) + one KV block %.6f GB = %.3f GB (batch %d, %d threads)",
         (double)budget / 1e9, (double)p->weights / 1e9, (double)(fixed - p->weights) / 1e9,
         (double)f.scratch_bytes / 1e9, (double)f.logits_bytes / 1e9,
         (double)(f.other_bytes - 64) / 1e9, (double)(p->overhead - p->adapters) / 1e9,
         ad,
         (double)block / 1e9,
+=======
+        "%.3f, draft model %.3f) + one KV block %.6f GB = %.3f GB (batch %d, %d threads)",
+        (double)budget / 1e9, (double)p->weights / 1e9, (double)(fixed - p->weights) / 1e9,
+        (double)f.scratch_bytes / 1e9, (double)f.logits_bytes / 1e9,
+        (double)(f.other_bytes - 64) / 1e9, (double)p->overhead / 1e9,
+        (double)p->draft_fixed / 1e9, (double)block / 1e9,
+>>>>>>> main
         (double)(fixed + block) / 1e9, (int)p->o.max_seqs, p->o.n_threads);
 }
 
@@ -231,8 +241,14 @@ kiln_code eng_admit_compute(const wt_config *c, uint64_t weights_bytes, const en
     memset(out, 0, sizeof *out);
     planner p = {.c = c,
                  .weights = weights_bytes,
+<<<<<<< HEAD
                  .overhead = in->overhead_bytes + in->adapter_bytes,
                  .adapters = in->adapter_bytes};
+=======
+                 .overhead = in->overhead_bytes,
+                 .draft_fixed = in->draft_fixed_bytes,
+                 .draft_block = in->draft_block_bytes};
+>>>>>>> main
     eng_runtime_opts user = *o;
     p.o = eng_runtime_resolve(c, &user); /* ctx cap: --ctx or min(model, 4096) */
     kv_layout l;
@@ -278,5 +294,9 @@ kiln_code eng_admit_compute(const wt_config *c, uint64_t weights_bytes, const en
     fo.ctx = ctx;
     fo.n_blocks = out->n_blocks;
     eng_fit_compute(c, weights_bytes, &fo, &out->fit);
+    if (in->draft_fixed_bytes || in->draft_block_bytes) {
+        out->fit.draft_bytes = in->draft_fixed_bytes + (uint64_t)out->n_blocks * in->draft_block_bytes;
+        out->fit.total_bytes += out->fit.draft_bytes;
+    }
     return KILN_OK;
 }

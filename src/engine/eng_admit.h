@@ -43,6 +43,9 @@ typedef struct {
     int32_t env_limit;       /* KILN_CONTEXT_LIMIT; 0 = unset */
     int32_t extra_blocks;    /* --prompt-cache blocks on top of batch x ctx */
     int ctx_explicit;        /* 1: opts.ctx came from --ctx */
+    /* a draft model (eng_draft_cost): its fixed bytes (weights, scratch, logits)
+     * and the bytes its KV pool adds per target block (one draft block each) */
+    uint64_t draft_fixed_bytes, draft_block_bytes;
 } eng_admit_in;
 
 typedef struct {
@@ -58,7 +61,8 @@ typedef struct {
     uint64_t fixed_bytes;  /* everything but the KV pool, overhead and adapters included */
     uint64_t usable_bytes; /* budget - fixed: room for the KV pool; 0 without a budget */
     uint64_t block_bytes;  /* one KV block incl. its pool metadata */
-    eng_fit fit;           /* the plan at (ctx, n_blocks) */
+    eng_fit fit;           /* the plan at (ctx, n_blocks); fit.draft_bytes: the draft model's
+                              share (fixed + n_blocks draft blocks), in fit.total_bytes */
 } eng_admit_plan;
 
 /* API */

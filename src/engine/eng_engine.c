@@ -78,8 +78,10 @@ struct eng_handle {
     /* speculative decoding (engine thread): this request's draft cap (0 = not
      * drafting), its adaptive state, what it drafted */
     int32_t spec_max;
+    eng_spec_method spec_method; /* NGRAM or DRAFT while spec_max > 0 */
     eng_spec_row spec;
     int32_t spec_accepted, spec_rejected;
+    eng_seq *dseq;         /* OWNED while running: the draft model's sequence (eng_draft.h) */
     double *pool;          /* OWNED [hidden]: embedding accumulator (p.pooling), engine thread */
 };
 
@@ -115,7 +117,12 @@ struct eng_engine {
                                   embedding requests; made at the first one, kept after */
     int32_t hidden_rows;
     eng_spec_cost spec_cost;   /* engine thread: measured step seconds by token count */
+    double draft_s_pos;        /* engine thread: EWMA seconds of one batched draft-model pass
+                                  (a draft position over the step's drafting rows); 0 = unknown */
     eng_spec_stats spec_acc;   /* engine thread: counters of the step in progress */
+    eng_draft_job *djobs;      /* OWNED [max_seqs] with a draft model: this step's draft jobs */
+    int32_t *dbuf;             /* OWNED [max_seqs x ENG_SPEC_MAX_DRAFT]: their tokens */
+    int32_t *djob_item;        /* OWNED [max_seqs]: the step item of each job */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -351,8 +358,12 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0])
             return kiln_fail(err, KILN_E_INVALID, "stop strings must not be empty");
-    if (p->spec < ENG_SPEC_DEFAULT || p->spec > ENG_SPEC_NGRAM)
+    if (p->spec < ENG_SPEC_DEFAULT || p->spec > ENG_SPEC_DRAFT)
         return kiln_fail(err, KILN_E_INVALID, "unknown speculative method %d", (int)p->spec);
+    if (p->spec == ENG_SPEC_DRAFT && !e->o.draft)
+        return kiln_fail(err, KILN_E_INVALID,
+                         "speculative method \"draft\" needs a draft model (kiln serve "
+                         "--draft-model DIR)");
     if (p->spec_max_draft < 0 || p->spec_max_draft > ENG_SPEC_MAX_DRAFT)
         return kiln_fail(err, KILN_E_INVALID, "speculative max_draft must be in 0..%d, got %d",
                          ENG_SPEC_MAX_DRAFT, (int)p->spec_max_draft);
@@ -553,6 +564,10 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
         eng_seq_free(h->seq, e->rt->kv);
         h->seq = NULL;
     }
+    if (h->dseq) {
+        eng_draft_seq_free(e->o.draft, h->dseq);
+        h->dseq = NULL;
+    }
     tok_stream_destroy(h->ts);
     h->ts = NULL;
     eng_gstate_free(h->gs);
@@ -565,6 +580,7 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
     e->stats.completion_tokens += (uint64_t)h->n_generated;
     e->stats.cached_tokens += (uint64_t)h->cached_tokens;
     e->stats.kv = kv_pool_get_stats(e->rt->kv); /* blocks freed above: visible at DONE */
+    if (e->o.draft) e->stats.draft = eng_draft_get_info(e->o.draft); /* its sequence too */
     pthread_mutex_unlock(&e->mu);
     (void)handle_push(h, &ev); /* a terminal event always fits (handle_push's invariant) */
     handle_unref(h);           /* (1) the engine's reference */
@@ -727,7 +743,10 @@ static void spec_setup(eng_engine *e, eng_handle *h)
 {
     eng_spec_method m = h->p.spec == ENG_SPEC_DEFAULT ? e->o.spec.method : h->p.spec;
     h->spec_max = 0;
-    if (m != ENG_SPEC_NGRAM || h->p.pooling || kv_pool_has_state(e->rt->kv)) return;
+    if ((m != ENG_SPEC_NGRAM && (m != ENG_SPEC_DRAFT || !e->o.draft)) || h->p.pooling ||
+        kv_pool_has_state(e->rt->kv))
+        return;
+    h->spec_method = m;
     h->spec_max = h->p.spec_max_draft > 0 ? h->p.spec_max_draft : e->o.spec.max_draft;
     eng_spec_row_init(&h->spec, &e->o.spec, h->spec_max);
 }
@@ -835,6 +854,7 @@ static int engine_preempt(eng_engine *e, const eng_handle *keep)
         eng_handle *h = e->running[i];
         if (h == keep) continue;
         eng_seq_drop_kv(h->seq, e->rt->kv);
+        if (h->dseq) eng_draft_seq_drop(e->o.draft, h->dseq); /* recomputed when it drafts again */
         if (h->pool) eng_pool_init(h->p.pooling, h->pool, mdl_config(e->rt->model)->hidden); /* (4) */
         running_remove(e, i);
         pthread_mutex_lock(&e->mu);
@@ -899,9 +919,40 @@ static void drop_cancelled(eng_engine *e)
  * (eng_spec_pays: measured step times; a step already compute-bound by many
  * rows or prefill does not pay for drafts). A row's drafts are appended to its
  * sequence (n_draft) and run with logits at every position. */
+/* Appends row k's d drafts (buf) to its sequence with KV blocks for them (as
+ * many as fit: drafting never preempts) and makes the item run 1 + d tokens
+ * with logits at every position. Returns the drafts taken. */
+static int32_t spec_take(eng_engine *e, int32_t k, const int32_t *buf, int32_t d)
+{
+    eng_handle *h = e->owners[k];
+    eng_seq *s = h->seq;
+    int32_t n0 = s->n_tokens, bt = e->rt->o.block_tokens, j = 0;
+    while (j < d && eng_seq_append(s, buf[j], NULL) == KILN_OK) j++;
+    d = j;
+    kiln_err err;
+    if (d && eng_seq_reserve(s, e->rt->kv, s->n_cached + 1 + d, &err) != KILN_OK) {
+        int32_t fit = s->n_blocks * bt - (s->n_cached + 1); /* the pool is dry: what fits */
+        if (fit < d) d = fit > 0 ? fit : 0;
+    }
+    s->n_tokens = n0 + d;
+    if (d < 1) return 0;
+    s->n_draft = d;
+    h->spec.pending = d;
+    e->items[k].max_tokens = 1 + d;
+    e->items[k].all_logits = 1;
+    return d;
+}
+
+/* eng_draft_job.allow for a constrained row: what its grammar lets it verify. */
+static int32_t draft_allow(void *user, const int32_t *drafts, int32_t n)
+{
+    eng_handle *h = user;
+    return eng_gstate_draft_prefix(h->gs, drafts, n, h->ends, h->n_ends);
+}
+
 static void spec_plan(eng_engine *e, int32_t n)
 {
-    int32_t T = 0, rows = 0;
+    int32_t T = 0, rows = 0, nj = 0;
     for (int32_t k = 0; k < n; k++) {
         T += e->items[k].max_tokens;
         rows += e->items[k].max_tokens == eng_seq_pending(e->items[k].seq);
@@ -909,7 +960,7 @@ static void spec_plan(eng_engine *e, int32_t n)
     }
     double work = (double)T, t0 = 0;
     const wt_config *c = mdl_config(e->rt->model);
-    int32_t bt = e->rt->o.block_tokens, buf[ENG_SPEC_MAX_DRAFT];
+    int32_t buf[ENG_SPEC_MAX_DRAFT], dlong = 0; /* dlong: the longest draft-model job so far */
     for (int32_t k = 0; k < n; k++) {
         eng_handle *h = e->owners[k];
         eng_seq *s = h->seq;
@@ -925,6 +976,28 @@ static void spec_plan(eng_engine *e, int32_t n)
         if (c->rope.type == WT_ROPE_DYNAMIC && n0 + kmax > c->rope.original_max_pos) kmax = 0;
         if (kmax < 1) continue;
         if (!t0) t0 = plat_now();
+        if (h->spec_method == ENG_SPEC_DRAFT) {
+            /* a draft model always proposes kmax tokens and running it costs: the
+             * cost rule decides first, with the passes this row adds to the
+             * batched draft run (rows share them) priced at their measured time;
+             * the drafts come from one batched run below */
+            double extra = kmax > dlong ? (double)(kmax - dlong) * e->draft_s_pos : 0;
+            if (e->o.spec.adaptive && !eng_spec_pays_with(&e->spec_cost, e->s_per_token, T, work,
+                                                          kmax, h->spec.rate * kmax, extra)) {
+                eng_spec_row_skipped(&h->spec);
+                e->spec_acc.skipped_cost++;
+                continue;
+            }
+            e->djobs[nj] = (eng_draft_job){.seq = &h->dseq, .toks = s->tokens, .n_toks = n0,
+                                           .k = kmax, .out = e->dbuf + (size_t)nj * ENG_SPEC_MAX_DRAFT,
+                                           .allow = h->gs ? draft_allow : NULL, .allow_user = h};
+            e->djob_item[nj++] = k;
+            if (kmax > dlong) dlong = kmax;
+            T += kmax; /* held for it: the drafts come back at most this long */
+            rows += kmax;
+            work += h->spec.rate * kmax;
+            continue;
+        }
         int32_t d = eng_spec_ngram_draft(s->tokens, n0, e->o.spec.ngram_min, e->o.spec.ngram_max,
                                          kmax, buf);
         /* draft tokens checked against the grammar: only what it allows is verified */
@@ -936,23 +1009,31 @@ static void spec_plan(eng_engine *e, int32_t n)
             e->spec_acc.skipped_cost++;
             continue;
         }
-        int32_t j = 0;
-        while (j < d && eng_seq_append(s, buf[j], NULL) == KILN_OK) j++;
-        d = j;
-        kiln_err err;
-        if (d && eng_seq_reserve(s, e->rt->kv, s->n_cached + 1 + d, &err) != KILN_OK) {
-            int32_t fit = s->n_blocks * bt - (s->n_cached + 1); /* the pool is dry: what fits */
-            if (fit < d) d = fit > 0 ? fit : 0;
-        }
-        s->n_tokens = n0 + d;
-        if (d < 1) continue;
-        s->n_draft = d;
-        h->spec.pending = d;
-        e->items[k].max_tokens = 1 + d;
-        e->items[k].all_logits = 1;
+        d = spec_take(e, k, buf, d);
         T += d;
         rows += d;
         work += h->spec.rate * d;
+    }
+    if (nj) { /* every draft-model row of the step in one batched drafting run */
+        kiln_err err;
+        double td = plat_now();
+        kiln_code drc = eng_draft_run(e->o.draft, e->djobs, nj, &err);
+        if (!drc && dlong > 0) { /* one pass per draft position, catch-up included */
+            double r = (plat_now() - td) / (double)dlong;
+            e->draft_s_pos = e->draft_s_pos > 0 ? 0.7 * e->draft_s_pos + 0.3 * r : r;
+        }
+        if (drc != KILN_OK) {
+            KLOG_WARN("spec", "draft model failed, this step verifies no draft: %s", err.msg);
+            nj = 0;
+        }
+        for (int32_t i = 0; i < nj; i++) {
+            eng_draft_job *j = &e->djobs[i];
+            eng_handle *h = e->owners[e->djob_item[i]];
+            int32_t d = j->n_out;
+            if (d > 0 && h->gs) d = eng_gstate_draft_prefix(h->gs, j->out, d, h->ends, h->n_ends);
+            if (d > 0) d = spec_take(e, e->djob_item[i], j->out, d);
+            if (d < 1) eng_draft_rollback(e->o.draft, h->dseq, h->seq->n_tokens);
+        }
     }
     if (t0) e->spec_acc.draft_s += plat_now() - t0;
 }
@@ -995,6 +1076,7 @@ static int spec_verify(eng_engine *e, eng_handle *h, float *lg)
     h->spec.pending = 0;
     s->n_draft = 0;
     eng_seq_truncate(s, e->rt->kv, n0 + m); /* the rejected drafts' K/V and blocks go */
+    if (h->dseq) eng_draft_rollback(e->o.draft, h->dseq, n0 + m); /* and the drafter's */
     s->n_tokens = n0; /* the accepted drafts come back as they are emitted (same ids) */
     eng_spec_row_update(&h->spec, h->spec_max, d, m);
     h->spec_rejected += d - m;
@@ -1203,6 +1285,7 @@ static void engine_step(eng_engine *e)
     st->draft_s += sa->draft_s;
     st->verify_s += sa->verify_s;
     memset(sa, 0, sizeof *sa);
+    if (e->o.draft) e->stats.draft = eng_draft_get_info(e->o.draft);
     e->stats.steps++;
     e->stats.step_tokens += (uint64_t)toks;
     e->stats.busy_s += dt;
@@ -1415,6 +1498,28 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
         eng_engine_stop(e);
         return kiln_fail(err, KILN_E_INVALID, "%s", serr.msg);
     }
+    if (e->o.spec.method == ENG_SPEC_DRAFT && !e->o.draft) {
+        eng_engine_stop(e);
+        return kiln_fail(err, KILN_E_INVALID, "--spec draft needs a draft model (--draft-model DIR)");
+    }
+    if (e->o.draft) {
+        const eng_runtime *drt = eng_draft_runtime(e->o.draft);
+        if (drt->o.max_seqs < rt->o.max_seqs || drt->o.ctx < rt->o.ctx ||
+            mdl_vocab(drt->model) != mdl_vocab(rt->model)) {
+            eng_engine_stop(e);
+            return kiln_fail(err, KILN_E_INVALID, "the draft model was opened for another target");
+        }
+        size_t ms = (size_t)rt->o.max_seqs;
+        e->djobs = calloc(ms, sizeof *e->djobs);
+        e->dbuf = calloc(ms * ENG_SPEC_MAX_DRAFT, sizeof *e->dbuf);
+        e->djob_item = calloc(ms, sizeof *e->djob_item);
+        if (!e->djobs || !e->dbuf || !e->djob_item) {
+            eng_engine_stop(e);
+            return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
+        }
+        e->stats.draft_on = true;
+        e->stats.draft = eng_draft_get_info(e->o.draft);
+    }
     e->stats.spec_method = e->o.spec.method;
     e->stats.spec_max_draft = e->o.spec.max_draft;
     snprintf(e->stats.kv_format, sizeof e->stats.kv_format, "%s", rt->kv_desc);
@@ -1486,6 +1591,9 @@ void eng_engine_stop(eng_engine *e)
     free(e->items);
     free(e->owners);
     free(e->gjobs);
+    free(e->djobs);
+    free(e->dbuf);
+    free(e->djob_item);
     eng_gmask_destroy(e->gm);
     free(e->hidden);
     free(e);

@@ -33,6 +33,7 @@
 #include "engine/eng_pool.h"
 #include "engine/eng_runtime.h"
 #include "engine/eng_sample.h"
+#include "engine/eng_draft.h"
 #include "engine/eng_spec.h"
 #include "engine/eng_ssd.h"
 #include "tokenizer/tok.h"
@@ -79,7 +80,7 @@ typedef struct {
      * blocks and generation checkpoints are keyed by the set and its scales. */
     mdl_lora_set lora;
     /* speculative decoding (eng_spec.h, docs/speculative.md): DEFAULT = the
-     * engine's opts.spec; OFF or NGRAM for this request. max_draft 0 = the
+     * engine's opts.spec; OFF, NGRAM or DRAFT (a 400 without a draft model) for this request. max_draft 0 = the
      * engine's (capped at ENG_SPEC_MAX_DRAFT). Never changes the tokens. */
     eng_spec_method spec;
     int32_t spec_max_draft;
@@ -141,6 +142,8 @@ typedef struct {
     double ckpt_cancel_keep_s; /* a client-cancelled request's checkpoint is removed this long
                                   after (default 300 s; KILN_CKPT_CANCELLED_KEEP_S) */
     eng_spec_opts spec;       /* speculative decoding defaults (eng_spec_opts_default: off) */
+    eng_draft *draft;         /* BORROWED, NULL = none: the draft model (--draft-model) that
+                                 ENG_SPEC_DRAFT rows draft with; must outlive the engine */
 } eng_engine_opts;
 
 typedef struct {
@@ -180,6 +183,8 @@ typedef struct {
     eng_spec_method spec_method;
     int32_t spec_max_draft;
     eng_spec_stats spec;
+    bool draft_on;            /* a draft model is loaded; draft holds what it is and does */
+    eng_draft_info draft;
 } eng_stats;
 
 /* API */

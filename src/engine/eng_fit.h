@@ -65,7 +65,9 @@ typedef struct {
                                     attention scratch per thread */
     uint64_t logits_bytes;       /* logit rows x vocab x 4 */
     uint64_t other_bytes;        /* sampler scratch, norm/bias copies, tables */
-    uint64_t total_bytes;
+    uint64_t total_bytes;        /* everything, a draft model's draft_bytes included */
+    uint64_t draft_bytes;        /* a draft model (--draft-model): its weights, KV pool and
+                                    transients (eng_draft_cost); 0 = none; set by the caller */
     uint64_t read_per_token; /* bytes streamed per decoded token at ctx/2 (weights + KV) */
     int n_kv_groups;         /* KV groups of the pool (kv_layout.h) */
     eng_fit_group kv_group[KV_MAX_GROUPS];

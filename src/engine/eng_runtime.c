@@ -50,7 +50,7 @@ void eng_runtime_close(eng_runtime *rt)
     if (!rt) return;
     mdl_ctx_free(rt->cx);
     kv_pool_destroy(rt->kv);
-    kn_pool_destroy(rt->pool);
+    if (rt->pool != rt->o.pool) kn_pool_destroy(rt->pool);
     mdl_free(rt->model);
     free(rt->logits);
     free(rt->sample_scratch);
@@ -66,6 +66,7 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
     eng_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return kiln_fail(err, KILN_E_NOMEM, "runtime: out of memory");
     rt->o = *o;
+    if (o->pool) rt->o.n_threads = kn_pool_threads(o->pool);
     double t0 = plat_now();
     if ((rc = mdl_load(dir, &rt->model, err))) goto fail;
     const wt_config *c = mdl_config(rt->model);
@@ -73,7 +74,10 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
     rt->o.kv_fmt = &rt->kv_fmt;
     kv_format_describe(&rt->kv_fmt, rt->kv_desc, sizeof rt->kv_desc);
     rt->o = eng_runtime_resolve(c, &rt->o); /* the same sizing `kiln fit` predicts */
-    if ((rc = kn_pool_create(rt->o.n_threads, &rt->pool, err))) goto fail;
+    if (rt->o.pool)
+        rt->pool = rt->o.pool;
+    else if ((rc = kn_pool_create(rt->o.n_threads, &rt->pool, err)))
+        goto fail;
     kv_layout layout; /* sliding groups give old blocks back unless kv_window_off */
     if ((rc = mdl_kv_layout(mdl_get_plan(rt->model), rt->o.kv_window_off, &layout, err))) goto fail;
     kv_pool_config kc = {.n_blocks = rt->o.n_blocks,

@@ -49,11 +49,13 @@ typedef struct {
     int32_t state_blocks; /* state blocks in the pool; 0 = eng_fit_state_blocks default */
     int32_t state_every;  /* snapshot cadence in blocks; 0 = auto (eng_fit_state_every),
                              -1 = none on a cadence (only the ones sequences keep) */
+    kn_pool *pool;        /* BORROWED, optional: compute threads to share (a draft model runs
+                             on the target's; n_threads then follows the pool) */
 } eng_runtime_opts;
 
 typedef struct {
     mdl_model *model; /* OWNED */
-    kn_pool *pool;    /* OWNED */
+    kn_pool *pool;    /* OWNED, unless o.pool lent it */
     kv_pool *kv;      /* OWNED */
     mdl_ctx *cx;      /* OWNED */
     uint64_t ns;      /* prefix-cache namespace: model fingerprint ^ kv_format_hash */

@@ -15,8 +15,8 @@ eng_spec_opts eng_spec_opts_default(void)
 
 kiln_code eng_spec_opts_validate(const eng_spec_opts *o, kiln_err *err)
 {
-    if (o->method != ENG_SPEC_OFF && o->method != ENG_SPEC_NGRAM)
-        return kiln_fail(err, KILN_E_INVALID, "speculative method must be off or ngram");
+    if (o->method != ENG_SPEC_OFF && o->method != ENG_SPEC_NGRAM && o->method != ENG_SPEC_DRAFT)
+        return kiln_fail(err, KILN_E_INVALID, "speculative method must be off, ngram or draft");
     if (o->max_draft < 1 || o->max_draft > ENG_SPEC_MAX_DRAFT)
         return kiln_fail(err, KILN_E_INVALID, "--spec-max-draft must be in 1..%d, got %d",
                          ENG_SPEC_MAX_DRAFT, (int)o->max_draft);
@@ -34,6 +34,8 @@ const char *eng_spec_method_name(eng_spec_method m)
         return "off";
     case ENG_SPEC_NGRAM:
         return "ngram";
+    case ENG_SPEC_DRAFT:
+        return "draft";
     default:
         return "default";
     }
@@ -45,11 +47,11 @@ kiln_code eng_spec_method_parse(const char *s, eng_spec_method *out, kiln_err *e
         *out = ENG_SPEC_OFF;
     else if (strcmp(s, "ngram") == 0 || strcmp(s, "prompt_lookup") == 0)
         *out = ENG_SPEC_NGRAM;
+    else if (strcmp(s, "draft") == 0 || strcmp(s, "draft_model") == 0)
+        *out = ENG_SPEC_DRAFT;
     else
         return kiln_fail(err, KILN_E_INVALID,
-                         "unknown speculative method \"%.40s\" (off or ngram; draft models are "
-                         "not supported yet)",
-                         s);
+                         "unknown speculative method \"%.40s\" (off, ngram or draft)", s);
     return KILN_OK;
 }
 
@@ -142,8 +144,14 @@ double eng_spec_cost_at(const eng_spec_cost *c, int32_t T, double s_per_token)
 int eng_spec_pays(const eng_spec_cost *c, double s_per_token, int32_t T, double work, int32_t d,
                   double gain)
 {
+    return eng_spec_pays_with(c, s_per_token, T, work, d, gain, 0);
+}
+
+int eng_spec_pays_with(const eng_spec_cost *c, double s_per_token, int32_t T, double work,
+                       int32_t d, double gain, double extra_s)
+{
     double t0 = eng_spec_cost_at(c, T, s_per_token), t1 = eng_spec_cost_at(c, T + d, s_per_token);
     if (t0 <= 0 || t1 <= 0) return 1; /* nothing measured: draft, and so measure */
     if (t1 < t0) t1 = t0;             /* noise: a bigger step never costs less */
-    return (work + gain) / t1 > work / t0;
+    return (work + gain) / (t1 + (extra_s > 0 ? extra_s : 0)) > work / t0;
 }

@@ -29,10 +29,11 @@ typedef enum {
     ENG_SPEC_DEFAULT = 0, /* per request: the server's default */
     ENG_SPEC_OFF,
     ENG_SPEC_NGRAM, /* prompt lookup: the sequence's own prompt and output */
+    ENG_SPEC_DRAFT, /* a draft model (eng_draft.h, --draft-model) */
 } eng_spec_method;
 
 typedef struct {
-    eng_spec_method method; /* server default: OFF or NGRAM */
+    eng_spec_method method; /* server default: OFF, NGRAM or DRAFT (DRAFT needs a draft model) */
     int32_t max_draft;      /* 1..ENG_SPEC_MAX_DRAFT */
     int32_t ngram_min;      /* shortest suffix matched (>= 1) */
     int32_t ngram_max;      /* longest suffix matched, tried first */
@@ -68,8 +69,8 @@ typedef struct {
 /* API */
 eng_spec_opts eng_spec_opts_default(void); /* off, max_draft 4, n-gram 1..3, adaptive */
 kiln_code eng_spec_opts_validate(const eng_spec_opts *o, kiln_err *err);
-const char *eng_spec_method_name(eng_spec_method m); /* "off", "ngram", "default" */
-/* "off" / "ngram" -> method; KILN_E_INVALID otherwise. */
+const char *eng_spec_method_name(eng_spec_method m); /* "off", "ngram", "draft", "default" */
+/* "off" / "ngram" / "draft" -> method; KILN_E_INVALID otherwise. */
 kiln_code eng_spec_method_parse(const char *s, eng_spec_method *out, kiln_err *err);
 
 /* Prompt lookup: finds the most recent earlier occurrence of the longest
@@ -96,5 +97,9 @@ double eng_spec_cost_at(const eng_spec_cost *c, int32_t T, double s_per_token);
  * second go up. With no measurement yet it pays. */
 int eng_spec_pays(const eng_spec_cost *c, double s_per_token, int32_t T, double work, int32_t d,
                   double gain);
+/* The same when drafting itself costs extra_s seconds more in the step (a
+ * draft model's forwards): (work + gain) / (t(T + d) + extra_s) > work / t(T). */
+int eng_spec_pays_with(const eng_spec_cost *c, double s_per_token, int32_t T, double work,
+                       int32_t d, double gain, double extra_s);
 
 #endif

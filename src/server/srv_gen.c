@@ -39,7 +39,12 @@ typedef struct {
     srv_tc *tc;             /* OWNED: tool-call parser when the request has tools, else NULL */
     srv_buf raw;            /* scratch: the think splitter's content before tc sees it */
     srv_buf content, reasoning; /* pending text: all of it (collect) or this chunk's (stream) */
-    size_t n_sent_calls;    /* tool calls already streamed */
+    size_t n_sent_calls;    /* parsed tool calls already handled */
+    /* streaming tool calls as they are written (srv_tc_open_get): */
+    size_t ann_upto;        /* calls with serials below this were shown (or left out) */
+    size_t n_streamed;      /* calls shown so far: the next one's index */
+    bool sc_open;           /* a call is open in the stream: */
+    size_t sc_serial, sc_sent, sc_index; /* its serial, argument bytes sent, index */
     int32_t reasoning_tokens; /* tokens that fell inside a think block */
     int ant_block;          /* Anthropic stream: index of the next content block */
     int ant_open;           /* Anthropic stream: open block kind (0 none, 1 thinking, 2 text) */
@@ -463,9 +468,11 @@ static int ant_delta(gen_choice *c, srv_buf *out, json_t *delta /* stolen */)
                                                        "index", c->ant_block, "delta", delta));
 }
 
+static int stream_calls(srv_gen *g, gen_choice *c, int idx, srv_buf *out, bool shown_only);
+
 static int flush_anthropic(srv_gen *g, gen_choice *c, srv_buf *out)
 {
-    int rc = 0;
+    int rc = c->tc ? stream_calls(g, c, (int)(c - g->c), out, true) : 0; /* before text */
     if (c->reasoning.len) {
         rc |= ant_open(c, out, 1);
         rc |= ant_delta(c, out, json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking",
@@ -476,21 +483,7 @@ static int flush_anthropic(srv_gen *g, gen_choice *c, srv_buf *out)
         rc |= ant_delta(c, out, json_pack("{s:s, s:o}", "type", "text_delta", "text",
                                           srv_json_text(c->content.p, c->content.len)));
     }
-    for (size_t n = n_calls(g, c); c->n_sent_calls < n; c->n_sent_calls++) {
-        const char *name, *args;
-        char id[48];
-        srv_tc_get(c->tc, c->n_sent_calls, &name, &args);
-        srv_reply_call_id(id, "toolu_", g->meta.id, (int)(c - g->c), c->n_sent_calls);
-        rc |= ant_close(c, out);
-        json_t *blk = srv_reply_tool_use(id, name, "{}");
-        rc |= event(out, "content_block_start", json_pack("{s:s, s:i, s:o}", "type", "content_block_start",
-                                                          "index", c->ant_block, "content_block", blk));
-        c->ant_open = 3;
-        rc |= ant_delta(c, out, json_pack("{s:s, s:o}", "type", "input_json_delta", "partial_json",
-                                          srv_json_text(args, strlen(args))));
-        rc |= ant_close(c, out);
-    }
-    return rc;
+    return rc | (c->tc ? stream_calls(g, c, (int)(c - g->c), out, false) : 0);
 }
 
 static int finish_anthropic(srv_gen *g, gen_choice *c, srv_buf *out)
@@ -509,9 +502,116 @@ static int finish_anthropic(srv_gen *g, gen_choice *c, srv_buf *out)
     return rc;
 }
 
+/* ---------------------------------------------------------------- streamed calls
+ * A call shows in the stream as soon as its name is known and its arguments
+ * follow in fragments as they become final (srv_toolcall.h); the fragments
+ * concatenate to the parsed call's arguments. */
+
+static int call_start(srv_gen *g, gen_choice *c, int idx, srv_buf *out, const char *name)
+{
+    char id[48];
+    if (g->r.api == SRV_API_ANTHROPIC) {
+        srv_reply_call_id(id, "toolu_", g->meta.id, idx, c->sc_index);
+        int rc = ant_close(c, out);
+        json_t *blk = srv_reply_tool_use(id, name, "{}");
+        rc |= event(out, "content_block_start", json_pack("{s:s, s:i, s:o}", "type", "content_block_start",
+                                                          "index", c->ant_block, "content_block", blk));
+        c->ant_open = 3;
+        return rc;
+    }
+    srv_reply_call_id(id, "call_", g->meta.id, g->r.api == SRV_API_RESPONSES ? 0 : idx, c->sc_index);
+    if (g->r.api == SRV_API_RESPONSES) return srv_resp_call_open(g->resp, out, id, name);
+    json_t *ch = srv_reply_chunk(&g->meta, idx, srv_reply_tool_call_delta(c->sc_index, id, name, ""), NULL, NULL);
+    int rc = !ch || srv_sse_data(out, ch);
+    json_decref(ch);
+    return rc;
+}
+
+static int call_args(srv_gen *g, gen_choice *c, int idx, srv_buf *out, const char *frag, size_t n)
+{
+    if (!n) return 0;
+    c->sc_sent += n;
+    if (g->r.api == SRV_API_ANTHROPIC)
+        return c->ant_open != 3 ? 0
+                                : ant_delta(c, out, json_pack("{s:s, s:o}", "type", "input_json_delta",
+                                                              "partial_json", srv_json_text(frag, n)));
+    if (g->r.api == SRV_API_RESPONSES) return srv_resp_call_delta(g->resp, out, frag, n);
+    json_t *d = json_pack("{s:[{s:I, s:{s:o}}]}", "tool_calls", "index", (json_int_t)c->sc_index, "function",
+                          "arguments", srv_json_text(frag, n));
+    json_t *ch = srv_reply_chunk(&g->meta, idx, d, NULL, NULL);
+    int rc = !ch || srv_sse_data(out, ch);
+    json_decref(ch);
+    return rc;
+}
+
+/* complete: the call was parsed; else it turned out malformed after it showed. */
+static int call_end(srv_gen *g, gen_choice *c, srv_buf *out, bool complete)
+{
+    c->sc_open = false;
+    if (g->r.api == SRV_API_ANTHROPIC) return c->ant_open == 3 ? ant_close(c, out) : 0;
+    if (g->r.api == SRV_API_RESPONSES) return srv_resp_call_close(g->resp, out, complete);
+    return 0;
+}
+
+static int call_show(srv_gen *g, gen_choice *c, int idx, srv_buf *out, size_t serial, const char *name)
+{
+    c->sc_open = true;
+    c->sc_serial = serial;
+    c->sc_sent = 0;
+    c->sc_index = c->n_streamed++;
+    c->ann_upto = serial + 1;
+    return call_start(g, c, idx, out, name);
+}
+
+/* Parsed calls, then (unless shown_only) the calls still being written.
+ * shown_only: only what finishes or ends the call already open, so that text
+ * that follows it goes out after it. */
+static int stream_calls(srv_gen *g, gen_choice *c, int idx, srv_buf *out, bool shown_only)
+{
+    int rc = 0;
+    for (size_t n = n_calls(g, c); c->n_sent_calls < n; c->n_sent_calls++) {
+        const char *name, *args;
+        srv_tc_get(c->tc, c->n_sent_calls, &name, &args);
+        size_t serial = srv_tc_serial(c->tc, c->n_sent_calls), len = strlen(args);
+        if (c->sc_open && serial == c->sc_serial) {
+            if (len > c->sc_sent) rc |= call_args(g, c, idx, out, args + c->sc_sent, len - c->sc_sent);
+            rc |= call_end(g, c, out, true);
+            continue;
+        }
+        if (serial < c->ann_upto) continue; /* shown whole while its markup went on */
+        if (shown_only) break;
+        if (c->sc_open) rc |= call_end(g, c, out, false);
+        rc |= call_show(g, c, idx, out, serial, name);
+        rc |= call_args(g, c, idx, out, args, len);
+        rc |= call_end(g, c, out, true);
+    }
+    if (c->sc_open && c->sc_serial < srv_tc_settled(c->tc)) rc |= call_end(g, c, out, false);
+    if (shown_only) return rc;
+    for (size_t k = 0; k < srv_tc_open_count(c->tc); k++) {
+        size_t serial, len;
+        const char *name, *args;
+        srv_tc_open_get(c->tc, k, &serial, &name, &args, &len);
+        if (c->sc_open && serial == c->sc_serial) {
+            if (len > c->sc_sent) rc |= call_args(g, c, idx, out, args + c->sc_sent, len - c->sc_sent);
+            continue;
+        }
+        if (serial < c->ann_upto) continue;
+        if (!g->r.parallel_tool_calls && c->n_streamed) break;
+        if (c->sc_open) rc |= call_end(g, c, out, true); /* an earlier call of the same markup, whole */
+        rc |= call_show(g, c, idx, out, serial, name);
+        rc |= call_args(g, c, idx, out, args, len);
+    }
+    return rc;
+}
+
 /* Responses: text and new calls into the response (events when out != NULL). */
 static int flush_responses(srv_gen *g, gen_choice *c, srv_buf *out)
 {
+    if (out) {
+        int rc = stream_calls(g, c, 0, out, true);
+        rc |= srv_resp_text(g->resp, out, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len);
+        return rc | stream_calls(g, c, 0, out, false);
+    }
     int rc = srv_resp_text(g->resp, out, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len);
     for (size_t n = n_calls(g, c); c->n_sent_calls < n; c->n_sent_calls++) {
         const char *name, *args;
@@ -528,6 +628,7 @@ static int flush_chunks(srv_gen *g, int idx, srv_buf *out)
 {
     gen_choice *c = &g->c[idx];
     int rc = 0;
+    if (c->tc && g->r.api == SRV_API_CHAT) rc |= stream_calls(g, c, idx, out, true); /* before text */
     if (g->r.api == SRV_API_ANTHROPIC) {
         rc = flush_anthropic(g, c, out);
     } else if (g->r.api == SRV_API_RESPONSES) {
@@ -547,18 +648,7 @@ static int flush_chunks(srv_gen *g, int idx, srv_buf *out)
             rc |= !ch || srv_sse_data(out, ch);
             json_decref(ch);
         }
-        for (size_t n = n_calls(g, c); c->n_sent_calls < n; c->n_sent_calls++) {
-            const char *name, *args;
-            char id[48];
-            srv_tc_get(c->tc, c->n_sent_calls, &name, &args);
-            srv_reply_call_id(id, "call_", g->meta.id, idx, c->n_sent_calls);
-            for (int part = 0; part < 2; part++) {
-                json_t *d = srv_reply_tool_call_delta(c->n_sent_calls, id, part ? NULL : name, args);
-                json_t *ch = srv_reply_chunk(&g->meta, idx, d, NULL, NULL);
-                rc |= !ch || srv_sse_data(out, ch);
-                json_decref(ch);
-            }
-        }
+        if (c->tc) rc |= stream_calls(g, c, idx, out, false);
     } else if (c->content.len || c->logprobs) {
         json_t *ch = srv_reply_chunk(&g->meta, idx, srv_json_text(c->content.p, c->content.len),
                                      NULL, c->logprobs);

@@ -51,6 +51,7 @@ typedef enum {
     R_COMPLETIONS,
     R_MESSAGES,
     R_MODELS,
+    R_MODEL,
     R_HEALTH,
     R_STATS,
     R_METRICS,
@@ -94,6 +95,7 @@ static const route routes[] = {
 /* Routes matched by prefix: the conversations tree, and the chat page's files (public:
  * the page itself holds nothing; the API calls it makes need the key). */
 static const route conv_route = {"/v1/conversations", NULL, R_CONVERSATIONS, 0, 0};
+static const route model_route = {"/v1/models/", "GET", R_MODEL, 0, 0}; /* /v1/models/{id} */
 static const route webui_route = {"/", "GET", R_WEBUI, 1, 0};
 
 /* The route for path (a trailing slash is forgiven), or NULL. */
@@ -104,6 +106,7 @@ static const route *find_route(const char *url)
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (strlen(routes[i].path) == n && !memcmp(routes[i].path, url, n)) return &routes[i];
     if (!strncmp(url, "/v1/conversations", 17) && (url[17] == 0 || url[17] == '/')) return &conv_route;
+    if (!strncmp(url, "/v1/models/", 11) && n > 11) return &model_route;
     if (srv_webui_find(url)) return &webui_route;
     return NULL;
 }
@@ -455,6 +458,7 @@ static MHD_RESULT dispatch(srv_conn *cn, struct MHD_Connection *c)
     case R_LEASE:
         return start_lease(cn, c);
     case R_MODELS: status = srv_route_models(s, &body); break;
+    case R_MODEL: status = srv_route_model(s, cn->url + 11, &body); break;
     case R_HEALTH: status = srv_route_health(s, &body); break;
     case R_STATS: status = srv_route_stats(s, &body); break;
     case R_FIT:

@@ -76,6 +76,10 @@ void srv_gen_cancel_all(srv_server *s);
 /* Routes that do not generate (srv_routes.c). Each returns the status and
  * sets *body (OWNED) to a JSON value, or *text for /metrics. */
 int srv_route_models(srv_server *s, json_t **body);
+/* GET /v1/models/{id}: the entry of /v1/models with that id (the base model
+ * or an adapter "BASE:NAME"); 404 when none. id: the rest of the path (a
+ * repo id keeps its '/'; one trailing '/' is forgiven). */
+int srv_route_model(srv_server *s, const char *id, json_t **body);
 int srv_route_health(srv_server *s, json_t **body);
 int srv_route_stats(srv_server *s, json_t **body);
 int srv_route_fit(srv_server *s, json_t **body);

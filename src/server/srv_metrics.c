@@ -166,22 +166,24 @@ int srv_metrics_render(srv_metrics *m, const eng_stats *st, double uptime_s, srv
                     look ? (double)st->kv.hits / (double)look : 0.0);
     rc |= put_counter(b, "kiln_engine_steps_total", "Batched steps run.", st->steps);
     rc |= put_counter(b, "kiln_preemptions_total", "Sequences preempted for KV room.", st->preemptions);
-    /* speculative decoding (docs/speculative.md); method label: the drafter */
+    /* speculative decoding (docs/speculative.md); method label: the server's drafter
+     * ("draft" with a default draft model, else "ngram"); the counters cover every row */
     const eng_spec_stats *sp = &st->spec;
+    const char *ml = st->spec_method == ENG_SPEC_DRAFT ? "draft" : "ngram";
     rc |= put(b, "# HELP kiln_spec_draft_tokens_total Draft tokens verified.\n"
                  "# TYPE kiln_spec_draft_tokens_total counter\n"
-                 "kiln_spec_draft_tokens_total{method=\"ngram\"} %" PRIu64 "\n"
+                 "kiln_spec_draft_tokens_total{method=\"%s\"} %" PRIu64 "\n"
                  "# HELP kiln_spec_accepted_tokens_total Draft tokens accepted (equal to the "
                  "model's own sample).\n"
                  "# TYPE kiln_spec_accepted_tokens_total counter\n"
-                 "kiln_spec_accepted_tokens_total{method=\"ngram\"} %" PRIu64 "\n"
+                 "kiln_spec_accepted_tokens_total{method=\"%s\"} %" PRIu64 "\n"
                  "# HELP kiln_spec_emitted_tokens_total Tokens emitted by rows that verified drafts.\n"
                  "# TYPE kiln_spec_emitted_tokens_total counter\n"
-                 "kiln_spec_emitted_tokens_total{method=\"ngram\"} %" PRIu64 "\n"
+                 "kiln_spec_emitted_tokens_total{method=\"%s\"} %" PRIu64 "\n"
                  "# HELP kiln_spec_verifications_total Row verifications (a row with drafts in a step).\n"
                  "# TYPE kiln_spec_verifications_total counter\n"
-                 "kiln_spec_verifications_total{method=\"ngram\"} %" PRIu64 "\n",
-              sp->drafted, sp->accepted, sp->emitted, sp->rows);
+                 "kiln_spec_verifications_total{method=\"%s\"} %" PRIu64 "\n",
+              ml, sp->drafted, ml, sp->accepted, ml, sp->emitted, ml, sp->rows);
     rc |= put_counter(b, "kiln_spec_declined_total", "Drafts the step cost rule declined.",
                       sp->skipped_cost);
     rc |= put_gauge(b, "kiln_spec_acceptance_ratio", "Accepted / drafted tokens.",

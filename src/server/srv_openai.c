@@ -542,6 +542,7 @@ void srv_request_free(srv_request *r)
     free(r->tool_name);
     free(r->prefill);
     free(r->previous_response_id);
+    json_decref(r->resp_echo);
     json_decref(r->template_kwargs);
     json_decref(r->schema);
     free(r->grammar);

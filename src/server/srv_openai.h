@@ -87,6 +87,9 @@ typedef struct {
     bool store;              /* keep this response for previous_response_id */
     bool instructions;       /* messages[0] came from `instructions` (not carried on) */
     char *previous_response_id; /* OWNED or NULL */
+    json_t *resp_echo;       /* OWNED or NULL: the request's fields a response object repeats
+                                (instructions, tools, tool_choice, temperature, top_p,
+                                metadata, parallel_tool_calls, max_output_tokens) */
     /* speculative decoding (docs/speculative.md): "speculative": {"method":
      * "ngram"|"off", "max_draft": N}, a method string, or a boolean */
     eng_spec_method spec;    /* ENG_SPEC_DEFAULT: the server's */

@@ -74,7 +74,8 @@ json_t *srv_reply_choice(const srv_reply_meta *m, int index, json_t *text, json_
         return json_pack("{s:i, s:o, s:o, s:o}", "index", index, "text", opt(text), "logprobs",
                          opt(logprobs), "finish_reason", fin);
     }
-    json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", opt(text));
+    /* refusal: required by the API's schema; kiln never refuses */
+    json_t *msg = json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", opt(text), "refusal");
     if (msg && reasoning) {
         /* both spellings: `reasoning` (vLLM, OpenRouter) and `reasoning_content` (DeepSeek, llama.cpp) */
         json_object_set(msg, "reasoning_content", reasoning);
@@ -180,7 +181,7 @@ void srv_reply_usage_predictions(json_t *usage, int32_t accepted, int32_t reject
 
 json_t *srv_logprobs_new(srv_api api)
 {
-    if (api == SRV_API_CHAT) return json_pack("{s:[]}", "content");
+    if (api == SRV_API_CHAT) return json_pack("{s:[], s:n}", "content", "refusal");
     return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
                      "text_offset");
 }

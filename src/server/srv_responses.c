@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPEN_NONE, OPEN_REASONING, OPEN_MESSAGE };
+enum { OPEN_NONE, OPEN_REASONING, OPEN_MESSAGE, OPEN_CALL };
 
 struct srv_resp {
     srv_reply_meta m;
@@ -33,6 +33,9 @@ struct srv_resp {
     srv_buf open_text;     /* OWNED: the open item's text */
     int64_t seq;           /* sequence_number of the next event */
     json_t *calls;         /* OWNED: chat-style tool_calls of the output */
+    json_t *echo;          /* OWNED or NULL: request fields the response repeats (srv_request.resp_echo) */
+    char call_id[48];      /* OPEN_CALL: its call_id */
+    json_t *call_name;     /* OWNED, OPEN_CALL: its name (a JSON string) */
 };
 
 /* ---------------------------------------------------------------- request */
@@ -230,14 +233,41 @@ kiln_code srv_parse_responses(srv_rstore *store, const char *body, size_t len, s
     json_t *prev = json_object_get(in, "previous_response_id");
     char prev_id[64] = "";
     if (json_is_string(prev)) snprintf(prev_id, sizeof prev_id, "%s", json_string_value(prev));
+    /* what the response object repeats of the request (the API's schema requires it) */
+    json_t *echo = json_object();
+    static const char *const echoed[] = {"instructions", "tools", "tool_choice", "temperature", "top_p",
+                                         "metadata", "parallel_tool_calls", "max_output_tokens"};
+    for (size_t k = 0; echo && k < sizeof echoed / sizeof *echoed; k++) {
+        json_t *v = json_object_get(in, echoed[k]);
+        if (v && !json_is_null(v) && json_object_set_new(echo, echoed[k], json_deep_copy(v))) {
+            json_decref(echo);
+            echo = NULL;
+        }
+    }
+    /* a function tool as the response shows it: `strict` and `parameters` always there
+     * (null: not given) */
+    size_t ti;
+    json_t *tool;
+    json_array_foreach(json_object_get(echo, "tools"), ti, tool) {
+        if (!json_is_object(tool)) continue;
+        if (!json_object_get(tool, "strict")) json_object_set_new(tool, "strict", json_null());
+        if (!json_object_get(tool, "parameters")) json_object_set_new(tool, "parameters", json_null());
+    }
     json_decref(in);
-    char *text = rc ? NULL : srv_json_dump(oa, NULL);
+    char *text = rc || !echo ? NULL : srv_json_dump(oa, NULL);
     json_decref(oa);
-    if (rc) return rc;
-    if (!text) return kiln_fail(err, KILN_E_NOMEM, "out of memory");
+    if (rc) {
+        json_decref(echo);
+        return rc;
+    }
+    if (!text) {
+        json_decref(echo);
+        return kiln_fail(err, KILN_E_NOMEM, "out of memory");
+    }
     rc = srv_parse_request(SRV_API_CHAT, text, strlen(text), out, param, err);
     free(text);
     if (rc) {
+        json_decref(echo);
         if (!strcmp(param, "max_tokens")) snprintf(param, 64, "max_output_tokens");
         if (!strcmp(param, "messages")) snprintf(param, 64, "input");
         if (!strcmp(param, "response_format")) snprintf(param, 64, "text");
@@ -248,6 +278,7 @@ kiln_code srv_parse_responses(srv_rstore *store, const char *body, size_t len, s
     out->store = do_store;
     out->instructions = instr;
     out->previous_response_id = prev_id[0] ? strdup(prev_id) : NULL;
+    out->resp_echo = echo;
     return KILN_OK;
 }
 
@@ -261,6 +292,7 @@ srv_resp *srv_resp_new(const srv_reply_meta *m, const srv_request *r)
     o->items = json_array();
     o->calls = json_array();
     o->store = r->store;
+    o->echo = json_incref(r->resp_echo);
     if (r->previous_response_id) snprintf(o->prev_id, sizeof o->prev_id, "%s", r->previous_response_id);
     if (!o->items || !o->calls) {
         srv_resp_free(o);
@@ -274,6 +306,8 @@ void srv_resp_free(srv_resp *o)
     if (!o) return;
     json_decref(o->items);
     json_decref(o->calls);
+    json_decref(o->call_name);
+    json_decref(o->echo);
     srv_buf_free(&o->reasoning);
     srv_buf_free(&o->text);
     srv_buf_free(&o->open_text);
@@ -306,6 +340,18 @@ static json_t *response_obj(const srv_resp *o, const char *status, json_t *outpu
                           json_true());
     if (r && !strcmp(status, "incomplete"))
         json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
+    if (r && !usage) json_object_del(r, "usage"); /* optional, not nullable: absent until the end */
+    /* the request's settings, as OpenAI repeats them (required by the API's schema) */
+    static const struct { const char *key; const char *dflt; } echo[] = {
+        {"instructions", NULL}, {"metadata", "{}"}, {"temperature", NULL}, {"top_p", NULL},
+        {"tools", "[]"}, {"tool_choice", "\"auto\""}, {"parallel_tool_calls", "true"}, {"max_output_tokens", NULL},
+    };
+    for (size_t k = 0; r && k < sizeof echo / sizeof *echo; k++) {
+        json_t *v = json_object_get(o->echo, echo[k].key);
+        json_object_set_new(r, echo[k].key, v ? json_incref(v)
+                                              : echo[k].dflt ? json_loads(echo[k].dflt, JSON_DECODE_ANY, NULL)
+                                                             : json_null());
+    }
     return r;
 }
 
@@ -318,17 +364,46 @@ static json_t *reasoning_item(const srv_resp *o, const char *id)
 
 static json_t *message_item(const srv_resp *o, const char *id, const char *status, bool with_text)
 {
-    json_t *content = with_text ? json_pack("[{s:s, s:o, s:[]}]", "type", "output_text", "text",
+    json_t *content = with_text ? json_pack("[{s:s, s:o, s:[], s:[]}]", "type", "output_text", "text",
                                             srv_json_text(o->open_text.p ? o->open_text.p : "", o->open_text.len),
-                                            "annotations")
+                                            "annotations", "logprobs")
                                 : json_array();
     return json_pack("{s:s, s:s, s:s, s:s, s:o}", "type", "message", "id", id, "status", status, "role",
                      "assistant", "content", content);
 }
 
+/* The open function_call item ends: its arguments are whole (complete) or
+ * the call turned out malformed after it was shown (status incomplete). */
+static int close_call(srv_resp *o, srv_buf *out, bool complete)
+{
+    int rc = 0, idx = (int)json_array_size(o->items);
+    json_t *ja = srv_json_text(o->open_text.p ? o->open_text.p : "", o->open_text.len);
+    rc |= ev(o, out, "response.function_call_arguments.done",
+             json_pack("{s:s, s:i, s:O, s:O}", "item_id", o->item_id, "output_index", idx, "name", o->call_name,
+                       "arguments", ja));
+    json_t *item = json_pack("{s:s, s:s, s:s, s:O, s:O, s:s}", "type", "function_call", "id", o->item_id,
+                             "call_id", o->call_id, "name", o->call_name, "arguments", ja, "status",
+                             complete ? "completed" : "incomplete");
+    rc |= ev(o, out, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", idx, "item", item));
+    rc |= json_array_append_new(o->items, item);
+    if (complete) {
+        json_t *args_obj = json_loadb(o->open_text.p ? o->open_text.p : "", o->open_text.len, JSON_ALLOW_NUL, NULL);
+        rc |= json_array_append_new(o->calls, json_pack("{s:s, s:s, s:{s:O, s:o}}", "id", o->call_id, "type",
+                                                        "function", "function", "name", o->call_name,
+                                                        "arguments", args_obj ? args_obj : json_object()));
+    }
+    json_decref(ja);
+    json_decref(o->call_name);
+    o->call_name = NULL;
+    o->open = OPEN_NONE;
+    srv_buf_reset(&o->open_text);
+    return rc;
+}
+
 static int close_item(srv_resp *o, srv_buf *out)
 {
     if (o->open == OPEN_NONE) return 0;
+    if (o->open == OPEN_CALL) return close_call(o, out, false);
     int rc = 0;
     int idx = (int)json_array_size(o->items);
     json_t *item;
@@ -342,10 +417,12 @@ static int close_item(srv_resp *o, srv_buf *out)
         item = reasoning_item(o, o->item_id);
     } else {
         rc |= ev(o, out, "response.output_text.done",
-                 json_pack("{s:s, s:i, s:i, s:O}", "item_id", o->item_id, "output_index", idx, "content_index", 0, "text", txt));
+                 json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", o->item_id, "output_index", idx, "content_index", 0,
+                           "text", txt, "logprobs"));
         rc |= ev(o, out, "response.content_part.done",
-                 json_pack("{s:s, s:i, s:i, s:{s:s, s:O, s:[]}}", "item_id", o->item_id, "output_index", idx,
-                           "content_index", 0, "part", "type", "output_text", "text", txt, "annotations"));
+                 json_pack("{s:s, s:i, s:i, s:{s:s, s:O, s:[], s:[]}}", "item_id", o->item_id, "output_index", idx,
+                           "content_index", 0, "part", "type", "output_text", "text", txt, "annotations",
+                           "logprobs"));
         item = message_item(o, o->item_id, "completed", true);
     }
     json_decref(txt);
@@ -374,8 +451,9 @@ static int open_item(srv_resp *o, srv_buf *out, int kind)
         rc |= ev(o, out, "response.output_item.added",
                  json_pack("{s:i, s:o}", "output_index", idx, "item", message_item(o, o->item_id, "in_progress", false)));
         rc |= ev(o, out, "response.content_part.added",
-                 json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", o->item_id, "output_index", idx,
-                           "content_index", 0, "part", "type", "output_text", "text", "", "annotations"));
+                 json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[], s:[]}}", "item_id", o->item_id, "output_index", idx,
+                           "content_index", 0, "part", "type", "output_text", "text", "", "annotations",
+                           "logprobs"));
     }
     return rc;
 }
@@ -403,37 +481,45 @@ int srv_resp_text(srv_resp *o, srv_buf *out, const char *reasoning, size_t rn, c
         idx = (int)json_array_size(o->items);
         rc |= srv_buf_add(&o->open_text, content, cn) | srv_buf_add(&o->text, content, cn);
         rc |= ev(o, out, "response.output_text.delta",
-                 json_pack("{s:s, s:i, s:i, s:o}", "item_id", o->item_id, "output_index", idx, "content_index", 0,
-                           "delta", srv_json_text(content, cn)));
+                 json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", o->item_id, "output_index", idx, "content_index", 0,
+                           "delta", srv_json_text(content, cn), "logprobs"));
     }
     return rc;
 }
 
-int srv_resp_call(srv_resp *o, srv_buf *out, const char *call_id, const char *name, const char *args)
+int srv_resp_call_open(srv_resp *o, srv_buf *out, const char *call_id, const char *name)
 {
     int rc = close_item(o, out);
     int idx = (int)json_array_size(o->items);
-    char id[48];
-    srv_reply_call_id(id, "fc_", o->m.id, 1, (size_t)idx);
-    json_t *jn = srv_json_text(name, strlen(name)), *ja = srv_json_text(args, strlen(args));
-    rc |= ev(o, out, "response.output_item.added",
-             json_pack("{s:i, s:{s:s, s:s, s:s, s:O, s:s, s:s}}", "output_index", idx, "item", "type", "function_call",
-                       "id", id, "call_id", call_id, "name", jn, "arguments", "", "status", "in_progress"));
-    rc |= ev(o, out, "response.function_call_arguments.delta",
-             json_pack("{s:s, s:i, s:O}", "item_id", id, "output_index", idx, "delta", ja));
-    rc |= ev(o, out, "response.function_call_arguments.done",
-             json_pack("{s:s, s:i, s:O}", "item_id", id, "output_index", idx, "arguments", ja));
-    json_t *item = json_pack("{s:s, s:s, s:s, s:O, s:O, s:s}", "type", "function_call", "id", id, "call_id",
-                             call_id, "name", jn, "arguments", ja, "status", "completed");
-    rc |= ev(o, out, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", idx, "item", item));
-    rc |= json_array_append_new(o->items, item);
-    json_t *args_obj = json_loads(args, JSON_ALLOW_NUL, NULL);
-    rc |= json_array_append_new(o->calls, json_pack("{s:s, s:s, s:{s:O, s:o}}", "id", call_id, "type", "function",
-                                                    "function", "name", jn, "arguments",
-                                                    args_obj ? args_obj : json_object()));
-    json_decref(jn);
-    json_decref(ja);
-    return rc;
+    srv_reply_call_id(o->item_id, "fc_", o->m.id, 1, (size_t)idx);
+    snprintf(o->call_id, sizeof o->call_id, "%s", call_id);
+    if (!(o->call_name = srv_json_text(name, strlen(name)))) return -1;
+    o->open = OPEN_CALL;
+    return rc | ev(o, out, "response.output_item.added",
+                   json_pack("{s:i, s:{s:s, s:s, s:s, s:O, s:s, s:s}}", "output_index", idx, "item", "type",
+                             "function_call", "id", o->item_id, "call_id", call_id, "name", o->call_name,
+                             "arguments", "", "status", "in_progress"));
+}
+
+int srv_resp_call_delta(srv_resp *o, srv_buf *out, const char *frag, size_t n)
+{
+    if (o->open != OPEN_CALL || !n) return 0;
+    int rc = srv_buf_add(&o->open_text, frag, n);
+    return rc | ev(o, out, "response.function_call_arguments.delta",
+                   json_pack("{s:s, s:i, s:o}", "item_id", o->item_id, "output_index",
+                             (int)json_array_size(o->items), "delta", srv_json_text(frag, n)));
+}
+
+int srv_resp_call_close(srv_resp *o, srv_buf *out, bool complete)
+{
+    return o->open == OPEN_CALL ? close_call(o, out, complete) : 0;
+}
+
+int srv_resp_call(srv_resp *o, srv_buf *out, const char *call_id, const char *name, const char *args)
+{
+    int rc = srv_resp_call_open(o, out, call_id, name);
+    rc |= srv_resp_call_delta(o, out, args, strlen(args));
+    return rc | srv_resp_call_close(o, out, true);
 }
 
 json_t *srv_resp_end(srv_resp *o, srv_buf *out, const char *status, json_t *usage)
@@ -464,8 +550,10 @@ json_t *srv_resp_chat_message(const srv_resp *o)
 
 json_t *srv_resp_usage(int32_t input, int32_t output, int32_t cached, int32_t reasoning)
 {
-    return json_pack("{s:i, s:i, s:i, s:{s:i}, s:{s:i}}", "input_tokens", (json_int_t)input, "output_tokens",
+    /* cache_write_tokens: a billing notion (tokens stored for extended prompt caching); kiln's
+     * prefix cache costs nothing to write, so 0 */
+    return json_pack("{s:i, s:i, s:i, s:{s:i, s:i}, s:{s:i}}", "input_tokens", (json_int_t)input, "output_tokens",
                      (json_int_t)output, "total_tokens", (json_int_t)input + output, "input_tokens_details",
-                     "cached_tokens", (json_int_t)cached, "output_tokens_details", "reasoning_tokens",
-                     (json_int_t)reasoning);
+                     "cached_tokens", (json_int_t)cached, "cache_write_tokens", 0, "output_tokens_details",
+                     "reasoning_tokens", (json_int_t)reasoning);
 }

@@ -7,7 +7,9 @@
  *   srv_resp *o = srv_resp_new(&meta);
  *   srv_resp_begin(o, &sse);                                    // stream only
  *   srv_resp_text(o, &sse, reasoning, rn, content, cn);         // per token (sse NULL: collect)
- *   srv_resp_call(o, &sse, call_id, name, args);
+ *   srv_resp_call(o, &sse, call_id, name, args);                // or, streaming its arguments:
+ *   srv_resp_call_open(o, &sse, call_id, name); srv_resp_call_delta(o, &sse, frag, n)...;
+ *   srv_resp_call_close(o, &sse, true);
  *   json_t *resp = srv_resp_end(o, &sse, "completed", usage);   // the full response object
  *   srv_resp_free(o);
  *
@@ -43,6 +45,13 @@ int srv_resp_begin(srv_resp *o, srv_buf *out);
 int srv_resp_text(srv_resp *o, srv_buf *out, const char *reasoning, size_t rn, const char *content,
                   size_t cn);
 int srv_resp_call(srv_resp *o, srv_buf *out, const char *call_id, const char *name, const char *args);
+/* A function_call item whose arguments arrive in fragments: output_item.added,
+ * function_call_arguments.delta per fragment, and at close .done and
+ * output_item.done with the whole arguments (status "incomplete" when
+ * !complete: the call turned out malformed, it is not one of the calls). */
+int srv_resp_call_open(srv_resp *o, srv_buf *out, const char *call_id, const char *name);
+int srv_resp_call_delta(srv_resp *o, srv_buf *out, const char *frag, size_t n);
+int srv_resp_call_close(srv_resp *o, srv_buf *out, bool complete);
 /* Closes the open item; returns the response object (OWNED); streaming
  * appends response.completed (or .incomplete) with it. usage stolen. */
 json_t *srv_resp_end(srv_resp *o, srv_buf *out, const char *status, json_t *usage);

@@ -51,6 +51,37 @@ int srv_route_models(srv_server *s, json_t **body)
     return 200;
 }
 
+int srv_route_model(srv_server *s, const char *id, json_t **body)
+{
+    size_t n = strlen(id);
+    if (n && id[n - 1] == '/') n--;
+    json_t *list = NULL;
+    int status = srv_route_models(s, &list);
+    json_t *data = json_object_get(list, "data"), *m;
+    /* an adapter is also "BASE:NAME", as requests may name it (docs/lora.md) */
+    const char *key = id;
+    size_t kn = n, bl = strlen(s->model_id);
+    if (n > bl + 1 && !memcmp(id, s->model_id, bl) && id[bl] == ':') key = id + bl + 1, kn = n - bl - 1;
+    size_t i;
+    *body = NULL;
+    for (int pass = 0; pass < 2 && !*body; pass++) /* the id as given first, then as BASE:NAME */
+        json_array_foreach(data, i, m) {
+            const char *mid = json_string_value(json_object_get(m, "id"));
+            const char *k = pass ? key : id;
+            size_t kl = pass ? kn : n;
+            if (mid && strlen(mid) == kl && !memcmp(mid, k, kl) && (!pass || i > 0)) {
+                *body = json_incref(m);
+                break;
+            }
+        }
+    json_decref(list);
+    if (*body || status != 200) return *body ? 200 : 500;
+    kiln_err err;
+    kiln_fail(&err, KILN_E_NOT_FOUND, "The model '%.*s' does not exist (GET /v1/models lists the served model "
+              "and its adapters)", (int)(n > 200 ? 200 : n), id);
+    return fail_err(body, &err, "model");
+}
+
 int srv_route_health(srv_server *s, json_t **body)
 {
     if (atomic_load(&s->stopping)) {
@@ -184,6 +215,21 @@ int srv_route_stats(srv_server *s, json_t **body)
                       "mean_accepted_length",
                       sp->rows ? (double)sp->accepted / (double)sp->rows : 0.0, "draft_s",
                       sp->draft_s, "verify_s", sp->verify_s));
+        json_t *spj = json_object_get(ej, "speculative");
+        if (spj && st.draft_on) { /* the draft model: what it is, what it holds, what it ran */
+            const eng_draft_info *di = &st.draft;
+            json_object_set_new(
+                spj, "draft_model",
+                json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I}",
+                          "dir", di->dir, "architecture", di->arch, "layers", (json_int_t)di->layers,
+                          "hidden", (json_int_t)di->hidden, "weights_bytes",
+                          (json_int_t)di->weights_bytes, "kv_bytes", (json_int_t)di->kv_bytes,
+                          "kv_blocks", (int)di->kv.n_blocks, "kv_blocks_free", (int)di->kv.n_free,
+                          "kv_blocks_active", (int)di->kv.n_active, "kv_blocks_cached",
+                          (int)di->kv.n_cached, "forwards", (json_int_t)di->forwards,
+                          "catchup_tokens", (json_int_t)di->catchup_tokens, "drafted",
+                          (json_int_t)di->drafted, "dropped_rows", (json_int_t)di->dropped_rows));
+        }
     }
     if (j) json_object_set_new(j, "connections", conns_json(s));
     json_t *adm = j ? admission_json(s, &st) : NULL;

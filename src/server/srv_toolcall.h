@@ -9,6 +9,17 @@
  *   for (i = 0; i < srv_tc_count(p); i++) srv_tc_get(p, i, &name, &args);
  *   srv_tc_free(p);
  *
+ * Streaming a call while it is written: after each push, srv_tc_open_get
+ * shows the calls of the markup being parsed whose names are known, with the
+ * prefix of their arguments text that can no longer change; each has a serial,
+ * and when the call is parsed srv_tc_serial(p, i) is that serial and its args
+ * begin with (and, whole, equal) every prefix shown: for hermes, llama3 and
+ * mistral the arguments object as written less its whitespace, sent as its
+ * bytes arrive; for qwen3_coder, gemma and gemma4 the rebuilt object's compact
+ * text, one parameter at a time. A call shown and then found malformed (its
+ * serial drops below srv_tc_settled without a call) becomes content as usual;
+ * a stream has already shown its start.
+ *
  * Families (the markup each one's chat template teaches):
  *   hermes       <tool_call>{"name": N, "arguments": {...}}</tool_call>   (Qwen2.5/3, Hermes)
  *   qwen3_coder  <tool_call><function=N><parameter=P>V</parameter></function></tool_call>
@@ -69,5 +80,16 @@ int srv_tc_finish(srv_tc *p, srv_buf *content);
 size_t srv_tc_count(const srv_tc *p);
 /* Call i: *name and *args (compact JSON object text) BORROWED from p. */
 void srv_tc_get(const srv_tc *p, size_t i, const char **name, const char **args);
+/* The serial call i had while it was open. */
+size_t srv_tc_serial(const srv_tc *p, size_t i);
+/* Calls open now (their names known), in order. Built on the first call
+ * after a push (a parser nobody streams from never builds it). */
+size_t srv_tc_open_count(srv_tc *p);
+/* Open call k: *serial, *name (NUL-terminated) and args[0..*len) (not
+ * NUL-terminated; whole UTF-8 characters), BORROWED until the next push. */
+void srv_tc_open_get(const srv_tc *p, size_t k, size_t *serial, const char **name, const char **args,
+                     size_t *len);
+/* Every serial below this one is a parsed call or never will be one. */
+size_t srv_tc_settled(const srv_tc *p);
 
 #endif

@@ -5,10 +5,10 @@
 // DIR is the snapshot the server serves (with modules.json / 1_Pooling / 2_Normalize).
 import OpenAI from "openai";
 import { execFileSync } from "node:child_process";
-import { test, done, assert, arg, post, get, sse } from "./harness.mjs";
+import { test, done, assert, arg, post, get, sse, vfetch } from "./harness.mjs";
 
 const URL_ = arg("--url"), MODEL = arg("--model"), POOL = arg("--pool"), PROMPT = arg("--prompt");
-const oa = new OpenAI({ apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 120000 });
+const oa = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 120000 });
 const REF = new URL("./embed_ref.py", import.meta.url).pathname;
 
 function ref(idLists, dims) {

@@ -12,7 +12,7 @@
 // shape: markup never reaches content, calls and reasoning reach every API.
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
-import { test, done, assert, arg, post } from "./harness.mjs";
+import { test, done, assert, arg, post, vfetch } from "./harness.mjs";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 
@@ -20,8 +20,8 @@ let Template = null;
 try { Template = createRequire(import.meta.url)("../tokenizer/node_modules/@huggingface/jinja").Template; } catch { /* skipped */ }
 const URL_ = arg("--url");
 const TEMPLATE = fs.readFileSync(arg("--template"), "utf8");
-const oa = new OpenAI({ apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 60000 });
-const an = new Anthropic({ apiKey: "none", baseURL: URL_, maxRetries: 0, timeout: 60000 });
+const oa = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 60000 });
+const an = new Anthropic({ fetch: vfetch, apiKey: "none", baseURL: URL_, maxRetries: 0, timeout: 60000 });
 const TOOLS = [{ type: "function", function: { name: "get_weather", description: "Weather for a city",
   parameters: { type: "object", properties: { city: { type: "string" }, days: { type: "integer" } }, required: ["city"] } } }];
 const A_TOOLS = [{ name: "get_weather", description: "Weather for a city",

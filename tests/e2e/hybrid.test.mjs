@@ -2,10 +2,10 @@
 // like every other model: batched, prefix-cached, with the real openai client.
 //   node hybrid.test.mjs --url URL (cache warm as it goes) --fresh URL (a second server)
 import OpenAI from "openai";
-import { test, done, assert, arg, get } from "./harness.mjs";
+import { test, done, assert, arg, get, vfetch } from "./harness.mjs";
 
 const URL_ = arg("--url"), FRESH = arg("--fresh");
-const client = (u) => new OpenAI({ apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 300000 });
+const client = (u) => new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 300000 });
 const hy = client(URL_), fresh = client(FRESH);
 
 const SYSTEM = "You are a careful assistant for a small test of a hybrid model. " +

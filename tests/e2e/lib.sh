@@ -46,6 +46,19 @@ e2e_small_model() {
   echo "$m"
 }
 
+# The small model's first two layers (the same seed: the same tensors), a
+# draft model for it (--draft-model), made once per build dir.
+e2e_small_drafter() {
+  local m="$KILN_BINARY_DIR/test-models/e2e-llama-small-f32-2layers"
+  if [ ! -f "$m/model.safetensors" ]; then
+    mkdir -p "$KILN_BINARY_DIR/test-models"
+    "$KILN_SOURCE_DIR/tools/make-test-model" --arch llama --dtype f32 --shape small --layers 2 \
+      --out "$m.tmp$$" >/dev/null && { mv -T "$m.tmp$$" "$m" 2>/dev/null || rm -rf "$m.tmp$$"; }
+  fi
+  [ -f "$m/model.safetensors" ] || return 1
+  echo "$m"
+}
+
 e2e_need() {
   [ -x "$KILN_BIN" ] || e2e_skip "no kiln binary at $KILN_BIN"
   command -v curl >/dev/null || e2e_skip "curl is not installed"

@@ -1,10 +1,10 @@
 // load.test.mjs — batching must not change results, and the prefix cache.
 //   node load.test.mjs --text URL --chat URL --fresh URL (a second chat server, cache empty)
 import OpenAI from "openai";
-import { test, done, assert, arg, get } from "./harness.mjs";
+import { test, done, assert, arg, get, vfetch } from "./harness.mjs";
 
 const TEXT = arg("--text"), CHAT = arg("--chat"), FRESH = arg("--fresh");
-const client = (u) => new OpenAI({ apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 120000 });
+const client = (u) => new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 120000 });
 const text = client(TEXT), chat = client(CHAT), fresh = client(FRESH);
 
 const STARTS = ["Once upon a time", "The little dog", "Lily and Tom went", "One day, a bird", "The sun was", "Mom said", "A big red ball", "In the park"];

@@ -2,10 +2,10 @@
 //   node lora.test.mjs --url URL --id MODEL_ID
 // The server has adapters "sql" (PEFT, all projections) and "chat" (mlx-lm, q/v/down).
 import OpenAI from "openai";
-import { test, done, assert, arg, post, get } from "./harness.mjs";
+import { test, done, assert, arg, post, get, vfetch } from "./harness.mjs";
 
 const URL_ = arg("--url"), ID = arg("--id");
-const oa = new OpenAI({ apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 120000 });
+const oa = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 120000 });
 const PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play";
 
 async function gen(model, extra = {}, prompt = PROMPT) {
@@ -24,6 +24,14 @@ test("/v1/models lists the base and each adapter as its own model", async () => 
   assert.equal(sql.adapter.scale, 2);
   assert.equal(list.data[2].adapter.format, "mlx-lm");
   assert.equal(list.data[2].adapter.targets, "q_proj,v_proj,down_proj");
+});
+
+test("models.retrieve: the base, an adapter by NAME and by <id>:NAME; unknown adapter 404", async () => {
+  const list = await oa.models.list();
+  assert.deepEqual({ ...(await oa.models.retrieve(ID)) }, { ...list.data[0] });
+  assert.deepEqual({ ...(await oa.models.retrieve("sql")) }, { ...list.data[1] });
+  assert.deepEqual({ ...(await oa.models.retrieve(`${ID}:chat`)) }, { ...list.data[2] });
+  await assert.rejects(oa.models.retrieve(`${ID}:nope`), (e) => e.status === 404);
 });
 
 const SOLO = {};

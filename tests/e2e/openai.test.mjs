@@ -1,11 +1,11 @@
 // openai.test.mjs — the official `openai` client against a real kiln server.
 //   node openai.test.mjs --text URL (stories260K, completions) --chat URL (ChatML test model)
 import OpenAI from "openai";
-import { test, done, assert, arg, sse, post, get } from "./harness.mjs";
+import { test, done, assert, arg, sse, post, get, vfetch } from "./harness.mjs";
 
 const TEXT = arg("--text"), CHAT = arg("--chat"), THINK = arg("--think");
-const textClient = new OpenAI({ apiKey: "none", baseURL: `${TEXT}/v1`, maxRetries: 0, timeout: 60000 });
-const chatClient = new OpenAI({ apiKey: "none", baseURL: `${CHAT}/v1`, maxRetries: 0, timeout: 60000 });
+const textClient = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${TEXT}/v1`, maxRetries: 0, timeout: 60000 });
+const chatClient = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${CHAT}/v1`, maxRetries: 0, timeout: 60000 });
 const PROMPT = "Once upon a time, there was a little girl named Lily.";
 const MSGS = [{ role: "system", content: "You are a helpful assistant." }, { role: "user", content: "Tell me a story about a dog." }];
 
@@ -42,6 +42,21 @@ test("models.list shows the served id", async () => {
   assert.equal(m.data.length, 1);
   assert.equal(m.data[0].id, "stories260K");
   assert.equal(m.data[0].object, "model");
+});
+
+test("models.retrieve: the served id; an unknown id is a 404 in OpenAI's error shape", async () => {
+  const list = await textClient.models.list();
+  const m = await textClient.models.retrieve("stories260K");
+  assert.deepEqual({ ...m }, { ...list.data[0] });
+  await assert.rejects(textClient.models.retrieve("no-such-model"), (e) => {
+    assert.equal(e.status, 404);
+    assert.equal(e.error.param, "model");
+    assert.match(e.error.message, /no-such-model/);
+    assert.equal(typeof e.error.type, "string");
+    return true;
+  });
+  const r = await get(`${TEXT}/v1/models/no-such-model`);
+  assert.deepEqual(Object.keys(r.json.error).sort(), ["code", "message", "param", "type"]);
 });
 
 test("completions: greedy non-stream", async () => {
@@ -246,6 +261,50 @@ test("reasoning: a prompt that opens <think> sends the output to reasoning", asy
   const off = (await post(`${THINK}/v1/chat/completions`, { ...p, reasoning_effort: "none" })).json;
   assert.equal(off.choices[0].message.reasoning, undefined, JSON.stringify(off.choices[0].message));
   assert.ok(off.choices[0].message.content.length > 0);
+});
+
+// The SDK's structured-output helpers with a zod schema: the schema goes out as
+// response_format / text.format json_schema (strict), kiln's grammar holds the
+// random model to it, and the SDK parses the answer and checks it with zod.
+// zod is loaded when these cases run, so that a tests/e2e/node_modules from
+// before zod was added fails only them (naming the fix), not the whole file.
+let z, zodResponseFormat, zodTextFormat, Pet;
+async function zod() {
+  if (Pet) return;
+  try { ({ z } = await import("zod")); ({ zodResponseFormat, zodTextFormat } = await import("openai/helpers/zod")); }
+  catch (e) { throw new Error(`zod is missing: run npm install in tests/e2e (${e.message})`); }
+  // (string lengths as patterns: zod's .max counts UTF-16 units, JSON Schema's
+  // maxLength code points, so an astral character would make them disagree)
+  Pet = z.object({ name: z.string().regex(/^[A-Za-z][a-z ]{0,11}$/), kind: z.enum(["dog", "cat", "bird"]),
+    age: z.number().int().min(0).max(30), tags: z.array(z.string().regex(/^[a-z]{1,8}$/)).max(2),
+    vaccinated: z.boolean().nullable() });
+}
+test("chat.completions.parse with a zod schema: the parsed object validates", async () => {
+  await zod();
+  const parse = chatClient.chat.completions.parse ? chatClient.chat.completions.parse.bind(chatClient.chat.completions)
+    : chatClient.beta.chat.completions.parse.bind(chatClient.beta.chat.completions); // v4: under beta
+  for (const seed of [1, 2, 3]) {
+    const r = await parse({ model: "x", messages: [{ role: "user", content: "Describe a pet." }], max_tokens: 120, seed,
+      response_format: zodResponseFormat(Pet, "pet") });
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, "stop", m.content);
+    assert.ok(m.parsed, m.content);
+    const v = Pet.safeParse(m.parsed);
+    assert.ok(v.success, `${m.content}: ${JSON.stringify(v.error?.issues)}`);
+    assert.deepEqual(m.parsed, JSON.parse(m.content));
+    assert.equal(m.refusal, null);
+  }
+});
+
+test("responses.parse with zodTextFormat: output_parsed validates", async () => {
+  await zod();
+  if (!chatClient.responses?.parse) { console.log("  (this openai SDK has no responses.parse)"); return; }
+  const r = await chatClient.responses.parse({ model: "x", input: "Describe a pet.", max_output_tokens: 120, seed: 4,
+    text: { format: zodTextFormat(Pet, "pet") } });
+  assert.equal(r.status, "completed");
+  assert.ok(r.output_parsed, r.output_text);
+  const v = Pet.safeParse(r.output_parsed);
+  assert.ok(v.success, `${r.output_text}: ${JSON.stringify(v.error?.issues)}`);
 });
 
 await done();

@@ -1,10 +1,13 @@
 // spec.test.mjs — speculative decoding never changes a token (docs/speculative.md).
 //   node spec.test.mjs --spec URL (kiln serve --spec ngram) --plain URL (no drafting)
+//                      [--method draft] (the drafting server drafts with --draft-model)
+//                      [--identity-only] (a random model: skip what assumes stories260K's text)
 import OpenAI from "openai";
-import { test, done, assert, arg } from "./harness.mjs";
+import { test, done, assert, arg, vfetch } from "./harness.mjs";
 
-const SPEC = arg("--spec"), PLAIN = arg("--plain");
-const client = (u) => new OpenAI({ apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 120000 });
+const SPEC = arg("--spec"), PLAIN = arg("--plain"), METHOD = arg("--method") ?? "ngram";
+const IDENTITY_ONLY = process.argv.includes("--identity-only");
+const client = (u) => new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${u}/v1`, maxRetries: 0, timeout: 120000 });
 const spec = client(SPEC), plain = client(PLAIN);
 
 // Text that quotes itself, as an edit quoting the code it changes: the n-gram
@@ -54,6 +57,7 @@ test("8 requests alone and together on the drafting server equal the plain serve
       assert.equal(got.lp, ref[i].lp, `request ${i} logprobs`);
     }
   }
+  if (IDENTITY_ONLY) return; // a random model: its text need not hit the stop or repeat
   assert.equal(ref[6].finish, "stop");
   assert.equal(ref[7].finish, "length");
   // the greedy quote: drafts were accepted, and usage says so as OpenAI does
@@ -84,15 +88,27 @@ test("bad speculative values are 400s naming the field", async () => {
 test("/stats and /metrics count drafted, accepted and emitted tokens", async () => {
   const s = await (await fetch(`${SPEC}/stats`)).json();
   const sp = s.engine.speculative;
-  assert.equal(sp.method, "ngram");
+  assert.equal(sp.method, METHOD);
   assert.equal(sp.max_draft, 4);
   assert.ok(sp.accepted > 0 && sp.drafted >= sp.accepted, JSON.stringify(sp));
   assert.equal(sp.emitted, sp.accepted + sp.verifications);
   assert.ok(sp.acceptance_rate > 0 && sp.acceptance_rate <= 1);
   const m = await (await fetch(`${SPEC}/metrics`)).text();
-  const acc = Number(/kiln_spec_accepted_tokens_total\{method="ngram"\} (\d+)/.exec(m)[1]);
+  const acc = Number(new RegExp(`kiln_spec_accepted_tokens_total\\{method="${METHOD}"\\} (\\d+)`).exec(m)[1]);
   assert.ok(acc >= sp.accepted, m);
   assert.match(m, /kiln_spec_acceptance_ratio /);
 });
+
+if (METHOD === "draft") {
+  test("/stats shows the draft model; its pool holds nothing after the runs; draft on a plain server is a 400", async () => {
+    const dm = (await (await fetch(`${SPEC}/stats`)).json()).engine.speculative.draft_model;
+    assert.ok(dm && dm.layers > 0 && dm.weights_bytes > 0 && dm.kv_blocks > 0, JSON.stringify(dm));
+    assert.ok(dm.forwards > 0 && dm.drafted > 0, JSON.stringify(dm));
+    assert.equal(dm.kv_blocks_active, 0, JSON.stringify(dm));
+    const r = await fetch(`${PLAIN}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "x", prompt: "Hi", max_tokens: 2, speculative: { method: "draft" } }) });
+    assert.equal(r.status, 400);
+    assert.match((await r.json()).error.message, /draft model/);
+  });
+}
 
 await done();

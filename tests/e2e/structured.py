@@ -21,7 +21,11 @@ import urllib.request
 
 from jsonschema import validators
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from validate_api import Recorder  # noqa: E402  (every answer checked against the official schemas)
+
 PASS, FAIL = 0, 0
+API = Recorder()
 
 
 def check(name, cond, why=""):
@@ -44,8 +48,12 @@ def post(url, path, body, stream=False):
         data, status = e.read().decode(), e.code
     if stream and status == 200:
         events = [json.loads(l[6:]) for l in data.splitlines() if l.startswith("data: ") and l[6:] != "[DONE]"]
+        API.record("POST", path, status, True, events)
         return status, events
-    return status, json.loads(data) if data else None
+    body = json.loads(data) if data else None
+    if body is not None:
+        API.record("POST", path, status, False, body)
+    return status, body
 
 
 def validate(schema, text):
@@ -256,14 +264,22 @@ def test_tools(name, url):
                 good = good and v is None
                 why = v or why
             check(f"{name}: tool_choice {label} seed {seed}: arguments validate", good, why)
-    # streamed: argument fragments concatenate to a valid object
-    st, ev = post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Weather?"}], "tools": [TOOL],
-                                                "tool_choice": "required", "max_tokens": 200, "temperature": 1, "seed": 8,
-                                                "stream": True, "parallel_tool_calls": False}, stream=True)
-    args = "".join((tc.get("function") or {}).get("arguments") or "" for e in (ev if st == 200 else [])
-                   for c in e.get("choices", []) for tc in (c["delta"].get("tool_calls") or []))
+    # streamed: argument fragments, as the call is written, concatenate to a
+    # valid object equal to the same request's unstreamed arguments
+    req = {"messages": [{"role": "user", "content": "Weather?"}], "tools": [TOOL], "tool_choice": "required",
+           "max_tokens": 200, "temperature": 1, "seed": 8, "parallel_tool_calls": False}
+    st, ev = post(url, "/v1/chat/completions", dict(req, stream=True), stream=True)
+    frags = [(tc.get("function") or {}).get("arguments") or "" for e in (ev if st == 200 else [])
+             for c in e.get("choices", []) for tc in (c["delta"].get("tool_calls") or [])]
+    args = "".join(frags)
     check(f"{name}: streamed tool call arguments validate", st == 200 and validate(TOOL["function"]["parameters"], args) is None,
           validate(TOOL["function"]["parameters"], args) if st == 200 else ev)
+    st2, r2 = post(url, "/v1/chat/completions", req)
+    whole = ((r2["choices"][0].get("message") or {}).get("tool_calls") or [{}])[0].get("function", {}).get("arguments") \
+        if st2 == 200 else None
+    n = len([f for f in frags if f])
+    check(f"{name}: {n} streamed fragments concatenate to the unstreamed arguments", n >= 2 and args == whole,
+          f"{frags} vs {whole!r}")
 
 
 def test_anthropic(url):
@@ -313,6 +329,9 @@ def main():
         test_tools(name, url)
     if opt("--corpus"):
         test_corpus(chat_url, opt("--corpus"), int(opt("--corpus-n") or 40))
+    ok, report = API.check()
+    print(report)
+    check(f"every response and stream event ({len(API.lines)}) validates against the official schemas", ok)
     print(f"{PASS} passed, {FAIL} failed")
     sys.exit(1 if FAIL else 0)
 

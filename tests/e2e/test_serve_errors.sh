@@ -8,7 +8,9 @@ e2e_server S --model "$STORIES" --ctx 256 --api-key sekret --max-body 2000 || ex
 U=$S_URL
 code() { curl -s -o "$E2E_TMP/body" -w '%{http_code}' "$@"; }
 is() { [ "$1" = "$2" ] || { echo "  got $1, expected $2: $(head -c 300 "$E2E_TMP/body")"; return 1; }; }
-shape() { python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["error"]; assert set(e)=={"message","type","param","code"}, e; assert e["type"]==sys.argv[2], e' "$E2E_TMP/body" "$1"; }
+# the error's fields and type, and conformance to the official ErrorResponse schema (validate_api.py)
+shape() { python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["error"]; assert set(e)=={"message","type","param","code"}, e; assert e["type"]==sys.argv[2], e' "$E2E_TMP/body" "$1" &&
+          /usr/bin/python3 "$E2E_DIR/validate_api.py" --one openai ErrorResponse "$E2E_TMP/body"; }
 BODY='{"prompt":"Once","max_tokens":3}'
 AUTH=(-H "Authorization: Bearer sekret")
 
@@ -24,9 +26,11 @@ check "405 wrong method" is "$(code "${AUTH[@]}" "$U/v1/completions")" 405
 check "405 shape" shape invalid_request_error
 check "400 invalid JSON" is "$(code "${AUTH[@]}" -d '{"prompt":' "$U/v1/completions")" 400
 check "400 wrong type" is "$(code "${AUTH[@]}" -d '{"prompt":"x","max_tokens":"many"}' "$U/v1/completions")" 400
+check "400 shape" shape invalid_request_error
 check "400 names the param" python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["error"]["param"]=="max_tokens"' "$E2E_TMP/body"
 python3 -c 'import json; print(json.dumps({"prompt":"x"*5000}))' > "$E2E_TMP/big.json"
 check "413 body over --max-body" is "$(code "${AUTH[@]}" --data-binary @"$E2E_TMP/big.json" "$U/v1/completions")" 413
+check "413 shape" shape invalid_request_error
 check "413 chunked body over --max-body" is "$(code "${AUTH[@]}" -H 'Transfer-Encoding: chunked' --data-binary @"$E2E_TMP/big.json" "$U/v1/completions")" 413
 check "server alive after errors" is "$(code "$U/health")" 200
 
@@ -45,6 +49,7 @@ echo "  queue test: $n200 x 200, $n429 x 429"
 check "429 when the queue is full" [ "$n429" -ge 1 ]
 check "some requests still served" [ "$n200" -ge 1 ]
 check "429 shape" bash -c "grep -l '\"rate_limit_error\"' $E2E_TMP/q? >/dev/null"
+check "429 body conforms to ErrorResponse" bash -c "for f in \$(grep -l '\"rate_limit_error\"' $E2E_TMP/q?); do /usr/bin/python3 '$E2E_DIR/validate_api.py' --one openai ErrorResponse \$f || exit 1; done"
 
 # a taken port is refused quickly with a clear message
 PORT=${Q_URL##*:}

@@ -8,7 +8,7 @@
 e2e_need node
 [ -d "$STORIES" ] || e2e_skip "no $STORIES"
 e2e_server SPEC --model "$STORIES" --ctx 512 --batch 8 --spec ngram --spec-max-draft 4 || exit 1
-e2e_server PLAIN --model "$STORIES" --ctx 512 --batch 8 || exit 1
+e2e_server PLAIN --model "$STORIES" --ctx 512 --batch 8 --spec-fixed || exit 1 # drafts only when a request asks, then always
 run_node spec.test.mjs --spec "$SPEC_URL" --plain "$PLAIN_URL"
 check "spec server: no block held after the runs" bash -c "curl -s $SPEC_URL/stats | grep -q '\"blocks_used\":0'"
 e2e_done

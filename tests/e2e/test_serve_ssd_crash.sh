@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_serve_ssd_crash.sh — crashes and the SSD tier:
 #   resume: kill -9 at ~60% of a 300-token generation (seeded, greedy,
-#   unseeded, speculative, two batched rows), retry the identical request: identical text
+#   unseeded, speculative with n-grams and with a draft model, two batched rows), retry the
+#   identical request: identical text
 #   (seeded/greedy), usage.resumed_tokens > 0, checkpoint removed at the end;
 #   crash loop: kill -9 during write-behind and checkpoint writes, N times;
 #   afterwards nothing is quarantined (atomic writes), the cache still works,
@@ -17,7 +18,7 @@ MODEL=$(e2e_small_model) || e2e_skip "cannot make the test model"
 DIR="$E2E_TMP/ck"
 j() { $PY -c "import json,sys; print(json.loads(sys.argv[1])$2)" "$1"; }
 stat_ssd() { curl -s "$1/stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['ssd_cache']['$2'])"; }
-serve() { e2e_server "$1" --model "$MODEL" --ctx 4096 --ssd-cache "$DIR" --generation-checkpoint 10 "${@:2}"; }
+serve() { e2e_server "$1" --model "$MODEL" --ctx 4096 --ssd-cache "$DIR" --generation-checkpoint 10 "${@:2}" ${SERVE_EXTRA:-}; }
 n_ckpt() { ls "$DIR" | grep -c '^ck-'; }
 
 # resume NAME EXTRA_JSON COMPARE: reference run, killed run, retried run
@@ -50,6 +51,12 @@ RESUME_TOKENS=2000 resume unseeded '{"temperature":0.9,"ignore_eos":true}' prefi
 # (drafting too) equals an uninterrupted run without drafting
 resume speculative '{"temperature":0.8,"seed":43,"ignore_eos":true,"speculative":"ngram"}' same \
   '{"temperature":0.8,"seed":43,"ignore_eos":true,"speculative":"off"}'
+# a draft model (its first two layers, always drafting): the checkpoint's key
+# leaves the drafter out, the retry's draft sequence catches up from scratch
+HALF=$(e2e_small_drafter) || e2e_skip "cannot make the 2-layer drafter"
+SERVE_EXTRA="--draft-model $HALF --spec-fixed" resume draft-model \
+  '{"temperature":0.8,"seed":44,"ignore_eos":true,"speculative":"draft"}' same \
+  '{"temperature":0.8,"seed":44,"ignore_eos":true,"speculative":"off"}'
 
 # two batched rows, both killed, both resumed independently: B is long (3000
 # tokens) and running before A starts, so it is mid-generation when A's kill

@@ -16,6 +16,7 @@ check "think template opens <think>" grep -q "assistant.n<think>" "$THINK_MODEL/
 e2e_server TOOLS --model "$TOOL_MODEL" --ctx 1024 || exit 1
 e2e_server PLAIN --model "$CHAT_MODEL" --ctx 1024 || exit 1
 e2e_server THINK --model "$THINK_MODEL" --ctx 1024 || exit 1
+check "the schema validator rejects deliberately broken objects" /usr/bin/python3 "$E2E_DIR/validate_api.py" --self-test
 run_node tools.test.mjs --url "$TOOLS_URL" --plain "$PLAIN_URL" --think "$THINK_URL"
 check "SIGTERM exits 0 (tools server)" e2e_stop "$TOOLS_PID"
 check "SIGTERM exits 0 (plain server)" e2e_stop "$PLAIN_PID"

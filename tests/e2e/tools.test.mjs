@@ -9,7 +9,7 @@
 // closes the call in time. The point is protocol shape, not quality.
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
-import { test, done, assert, arg, post } from "./harness.mjs";
+import { test, done, assert, arg, post, vfetch } from "./harness.mjs";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 
@@ -29,8 +29,8 @@ async function samePromptAsJinja(messages, tools) {
 }
 
 const URL_ = arg("--url"), PLAIN = arg("--plain"), THINK = arg("--think");
-const oa = new OpenAI({ apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 60000 });
-const an = new Anthropic({ apiKey: "none", baseURL: URL_, maxRetries: 0, timeout: 60000 });
+const oa = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${URL_}/v1`, maxRetries: 0, timeout: 60000 });
+const an = new Anthropic({ fetch: vfetch, apiKey: "none", baseURL: URL_, maxRetries: 0, timeout: 60000 });
 const TOOLS = [{ type: "function", function: { name: "get_weather", description: "Weather for a city",
   parameters: { type: "object", properties: { city: { type: "string" } }, additionalProperties: false } } }];
 const A_TOOLS = [{ name: "get_weather", description: "Weather for a city",
@@ -87,6 +87,55 @@ test("chat: streamed tool call deltas (index, id, name, then arguments)", async 
     tools: TOOLS, tool_choice: NAMED, ...force() });
   const final = await s2.finalChatCompletion();
   assert.equal(final.choices[0].message.tool_calls[0].function.name, "get_weather");
+});
+
+// Without the "}" bias the grammar lets the model write a long "city": its
+// arguments must arrive in several fragments, as tokens come, and the
+// fragments must concatenate to the arguments of the same request unstreamed.
+const long = () => ({ max_tokens: 48, temperature: 0, parallel_tool_calls: false });
+test("chat: arguments stream in fragments that concatenate to the unstreamed arguments", async () => {
+  const req = { model: "x", messages: [{ role: "user", content: "Weather in a long-named city?" }], tools: TOOLS, tool_choice: NAMED, ...long() };
+  const whole = (await oa.chat.completions.create(req)).choices[0].message.tool_calls[0].function.arguments;
+  validArgs(whole);
+  const s = await oa.chat.completions.create({ ...req, stream: true });
+  const frags = [];
+  for await (const ch of s) for (const c of ch.choices) for (const d of c.delta.tool_calls ?? []) {
+    assert.equal(d.index, 0);
+    if (d.function?.arguments) frags.push(d.function.arguments);
+  }
+  assert.ok(frags.length > 3, `${frags.length} fragments: ${JSON.stringify(frags)}`);
+  assert.equal(frags.join(""), whole);
+});
+
+test("responses: function_call_arguments.delta fragments, .done and output_item.done carry them whole", async () => {
+  const req = { model: "x", input: "Weather in a long-named city?", tools: R_TOOLS, tool_choice: R_NAMED, max_output_tokens: 48,
+    temperature: 0, parallel_tool_calls: false };
+  const whole = (await oa.responses.create(req)).output.find((o) => o.type === "function_call").arguments;
+  const s = await oa.responses.create({ ...req, stream: true });
+  const frags = []; let added = null, doneArgs = null, item = null;
+  for await (const e of s) {
+    if (e.type === "response.output_item.added" && e.item.type === "function_call") added = e.item;
+    if (e.type === "response.function_call_arguments.delta") { assert.equal(e.item_id, added.id); frags.push(e.delta); }
+    if (e.type === "response.function_call_arguments.done") doneArgs = e.arguments;
+    if (e.type === "response.output_item.done" && e.item.type === "function_call") item = e.item;
+  }
+  assert.equal(added.name, "get_weather"); assert.equal(added.arguments, ""); assert.equal(added.status, "in_progress");
+  assert.ok(frags.length > 3, `${frags.length} fragments`);
+  assert.equal(frags.join(""), whole); assert.equal(doneArgs, whole);
+  assert.equal(item.arguments, whole); assert.equal(item.status, "completed"); assert.equal(item.call_id, added.call_id);
+});
+
+test("anthropic: input_json_delta fragments concatenate to the unstreamed input", async () => {
+  const req = { model: "x", max_tokens: 48, messages: [{ role: "user", content: "Weather in a long-named city?" }], tools: A_TOOLS,
+    tool_choice: { type: "tool", name: "get_weather", disable_parallel_tool_use: true }, temperature: 0 };
+  const whole = (await an.messages.create(req)).content.find((b) => b.type === "tool_use").input;
+  const s = an.messages.stream(req);
+  const frags = [];
+  s.on("streamEvent", (e) => { if (e.type === "content_block_delta" && e.delta.type === "input_json_delta") frags.push(e.delta.partial_json); });
+  const m = await s.finalMessage();
+  assert.ok(frags.length > 3, `${frags.length} fragments`);
+  assert.deepEqual(JSON.parse(frags.join("")), whole);
+  assert.deepEqual(m.content.find((b) => b.type === "tool_use").input, whole);
 });
 
 test("chat: three-step loop (call → result → call → answer); each prompt equals @huggingface/jinja's", async () => {
@@ -232,8 +281,8 @@ test("responses: streaming events", async () => {
   for (const t of ["response.content_part.added", "response.output_text.delta", "response.output_text.done"]) assert.ok(t2.includes(t), t);
 });
 
-const ot = new OpenAI({ apiKey: "none", baseURL: `${THINK}/v1`, maxRetries: 0, timeout: 60000 });
-const at = new Anthropic({ apiKey: "none", baseURL: THINK, maxRetries: 0, timeout: 60000 });
+const ot = new OpenAI({ fetch: vfetch, apiKey: "none", baseURL: `${THINK}/v1`, maxRetries: 0, timeout: 60000 });
+const at = new Anthropic({ fetch: vfetch, apiKey: "none", baseURL: THINK, maxRetries: 0, timeout: 60000 });
 
 test("thinking: reasoning and reasoning_content, reasoning_tokens counted", async () => {
   const r = await ot.chat.completions.create({ model: "x", messages: [{ role: "user", content: "hi" }], max_tokens: 4, temperature: 0 });

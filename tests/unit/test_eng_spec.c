@@ -83,6 +83,10 @@ static void test_cost_rule_drafts_when_bandwidth_bound_only(void)
     ASSERT_NEAR_F32(eng_spec_cost_at(&c, 4, 0), 0.010 + 0.001 * 3 / 7, 1e-6);
     ASSERT_TRUE(eng_spec_pays(&c, 0, 1, 1, 4, 0.5));   /* half a token for 10% more time */
     ASSERT_TRUE(!eng_spec_pays(&c, 0, 1, 1, 4, 0.05)); /* 5% more tokens for 10%: no */
+    /* a draft model's passes count: 2 tokens for 4 passes of 10 ms on top: no; of 1 ms: yes */
+    ASSERT_TRUE(eng_spec_pays_with(&c, 0, 1, 1, 4, 2.0, 0.004));
+    ASSERT_TRUE(!eng_spec_pays_with(&c, 0, 1, 1, 4, 2.0, 0.040));
+    ASSERT_EQ_I64(eng_spec_pays_with(&c, 0, 1, 1, 4, 0.5, 0), eng_spec_pays(&c, 0, 1, 1, 4, 0.5));
     /* compute-bound: 8 rows decoding at 64 tokens' cost growing linearly */
     eng_spec_cost_add(&c, 64, 0.064);
     eng_spec_cost_add(&c, 96, 0.096);
@@ -102,7 +106,10 @@ static void test_method_names_and_opts(void)
     ASSERT_EQ_I64(m, ENG_SPEC_NGRAM);
     ASSERT_OK(eng_spec_method_parse("off", &m, &err));
     ASSERT_EQ_I64(m, ENG_SPEC_OFF);
-    ASSERT_CODE(eng_spec_method_parse("draft", &m, &err), KILN_E_INVALID);
+    ASSERT_OK(eng_spec_method_parse("draft", &m, &err));
+    ASSERT_EQ_I64(m, ENG_SPEC_DRAFT);
+    ASSERT_STR_EQ(eng_spec_method_name(ENG_SPEC_DRAFT), "draft");
+    ASSERT_CODE(eng_spec_method_parse("medusa", &m, &err), KILN_E_INVALID);
     ASSERT_STR_EQ(eng_spec_method_name(ENG_SPEC_NGRAM), "ngram");
     eng_spec_opts o = eng_spec_opts_default();
     ASSERT_OK(eng_spec_opts_validate(&o, &err));

@@ -203,6 +203,53 @@ static void test_response_object_items_in_order(void)
     srv_resp_free(o);
 }
 
+/* A call streamed in fragments: .delta per fragment, .done and the item with
+ * the whole arguments; a call cut short by text (malformed after it showed)
+ * ends "incomplete" and is not one of the response's calls. The response
+ * repeats the request's settings (instructions, tools with strict/parameters). */
+static void test_call_streamed_in_fragments(void)
+{
+    srv_reply_meta m = {.api = SRV_API_RESPONSES, .id = "resp_2", .created = 7, .model = "tiny"};
+    srv_request r = {.store = true};
+    char param[64];
+    kiln_err err;
+    const char *body = "{\"input\":\"hi\",\"instructions\":\"Be brief.\",\"temperature\":0.5,"
+                       "\"tools\":[{\"type\":\"function\",\"name\":\"w\"}]}";
+    ASSERT_EQ_I64(srv_parse_responses(NULL, body, strlen(body), &r, param, &err), KILN_OK);
+    srv_resp *o = srv_resp_new(&m, &r);
+    srv_buf sse = {0};
+    ASSERT_EQ_I64(srv_resp_call_open(o, &sse, "call_1", "w"), 0);
+    ASSERT_EQ_I64(srv_resp_call_delta(o, &sse, "{\"c\":", 5), 0);
+    ASSERT_EQ_I64(srv_resp_call_delta(o, &sse, "1}", 2), 0);
+    ASSERT_EQ_I64(srv_resp_call_close(o, &sse, true), 0);
+    ASSERT_EQ_I64(srv_resp_call_open(o, &sse, "call_2", "w"), 0);
+    ASSERT_EQ_I64(srv_resp_call_delta(o, &sse, "{\"c\"", 4), 0);
+    ASSERT_EQ_I64(srv_resp_text(o, &sse, NULL, 0, "oops", 4), 0);
+    json_t *resp = srv_resp_end(o, &sse, "completed", srv_resp_usage(3, 4, 0, 0));
+    json_t *out = json_object_get(resp, "output");
+    ASSERT_EQ_I64(json_array_size(out), 3);
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(out, 0), "arguments")), "{\"c\":1}");
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(out, 0), "status")), "completed");
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(out, 1), "status")), "incomplete");
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(out, 1), "arguments")), "{\"c\"");
+    ASSERT_TRUE(strstr(sse.p, "\"delta\":\"{\\\"c\\\":\"") && strstr(sse.p, "\"delta\":\"1}\""));
+    ASSERT_TRUE(strstr(sse.p, "\"type\":\"response.function_call_arguments.done\"") &&
+                strstr(sse.p, "\"name\":\"w\",\"arguments\":\"{\\\"c\\\":1}\""));
+    ASSERT_STR_EQ(json_string_value(json_object_get(resp, "instructions")), "Be brief.");
+    ASSERT_TRUE(json_real_value(json_object_get(resp, "temperature")) == 0.5);
+    ASSERT_TRUE(json_is_null(json_object_get(resp, "top_p")));
+    ASSERT_STR_EQ(json_string_value(json_object_get(resp, "tool_choice")), "auto");
+    json_t *t0 = json_array_get(json_object_get(resp, "tools"), 0);
+    ASSERT_TRUE(json_is_null(json_object_get(t0, "strict")) && json_is_null(json_object_get(t0, "parameters")));
+    json_t *cm = srv_resp_chat_message(o);
+    ASSERT_EQ_I64(json_array_size(json_object_get(cm, "tool_calls")), 1); /* the incomplete one is not a call */
+    json_decref(cm);
+    json_decref(resp);
+    srv_buf_free(&sse);
+    srv_resp_free(o);
+    srv_request_free(&r);
+}
+
 int main(void)
 {
     RUN(test_tool_choice_forms);
@@ -212,5 +259,6 @@ int main(void)
     RUN(test_responses_items_and_previous_id);
     RUN(test_store_evicts_lru_past_the_cap_and_expires);
     RUN(test_response_object_items_in_order);
+    RUN(test_call_streamed_in_fragments);
     return TEST_DONE();
 }
