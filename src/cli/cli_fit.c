@@ -48,16 +48,13 @@ int cli_fit(int argc, char **argv)
         {"bandwidth", CLI_FLOAT, &bandwidth, "GBS",
          "memory bandwidth for the decode prediction (default: measured, 512 MiB read)", 0},
         {"json", CLI_BOOL, &json, NULL, "print one JSON object", 0},
-<<<<<<< HEAD
         {"lora", CLI_LIST, &lora, "NAME=DIR", "count a LoRA adapter kiln serve would load (repeatable)",
          0},
         {"lora-dir", CLI_STR, &lora_dir, "DIR", "count every adapter folder in DIR", 0},
-=======
         {"draft-model", CLI_STR, &draft, "DIR",
          "count a draft model too (kiln serve --draft-model): its weights, transients and a KV "
          "pool of one block per block",
          0},
->>>>>>> main
         CLI_KV_FLAGS(kvf),
         {0},
     };

@@ -203,20 +203,11 @@ static kiln_code refuse(const planner *p, uint64_t budget, kiln_err *err)
         err, KILN_E_BUDGET,
         "the memory budget of %.3f GB leaves no room for any context: weights %.3f GB "
         "+ fixed overhead %.3f GB (step scratch %.3f, logits %.3f, other %.3f, process "
-<<<<<<< HEAD
-        "%.3f%s) + one KV block %.6f GB = %.3f GB (batch %d, %d threads)",
+        "%.3f%s, draft model %.3f) + one KV block %.6f GB = %.3f GB (batch %d, %d threads)",
         (double)budget / 1e9, (double)p->weights / 1e9, (double)(fixed - p->weights) / 1e9,
         (double)f.scratch_bytes / 1e9, (double)f.logits_bytes / 1e9,
-        (double)(f.other_bytes - 64) / 1e9, (double)(p->overhead - p->adapters) / 1e9,
-        ad,
-        (double)block / 1e9,
-=======
-        "%.3f, draft model %.3f) + one KV block %.6f GB = %.3f GB (batch %d, %d threads)",
-        (double)budget / 1e9, (double)p->weights / 1e9, (double)(fixed - p->weights) / 1e9,
-        (double)f.scratch_bytes / 1e9, (double)f.logits_bytes / 1e9,
-        (double)(f.other_bytes - 64) / 1e9, (double)p->overhead / 1e9,
+        (double)(f.other_bytes - 64) / 1e9, (double)(p->overhead - p->adapters) / 1e9, ad,
         (double)p->draft_fixed / 1e9, (double)block / 1e9,
->>>>>>> main
         (double)(fixed + block) / 1e9, (int)p->o.max_seqs, p->o.n_threads);
 }
 
@@ -241,14 +232,10 @@ kiln_code eng_admit_compute(const wt_config *c, uint64_t weights_bytes, const en
     memset(out, 0, sizeof *out);
     planner p = {.c = c,
                  .weights = weights_bytes,
-<<<<<<< HEAD
                  .overhead = in->overhead_bytes + in->adapter_bytes,
-                 .adapters = in->adapter_bytes};
-=======
-                 .overhead = in->overhead_bytes,
+                 .adapters = in->adapter_bytes,
                  .draft_fixed = in->draft_fixed_bytes,
                  .draft_block = in->draft_block_bytes};
->>>>>>> main
     eng_runtime_opts user = *o;
     p.o = eng_runtime_resolve(c, &user); /* ctx cap: --ctx or min(model, 4096) */
     kv_layout l;
