@@ -11,6 +11,7 @@
 #include "weights/wt_safetensors.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ typedef struct {
 } lora_mod;
 
 struct mdl_lora {
+    atomic_int refs;    /* mdl_lora_retain / mdl_lora_free: the last reference frees it */
     const mdl_model *m; /* BORROWED */
     int32_t n_layers;
     lora_mod *mods; /* OWNED [n_layers * MDL_LT_COUNT] */
@@ -343,6 +345,7 @@ kiln_code mdl_lora_load(const mdl_model *m, const char *dir, mdl_lora **out, kil
     *out = NULL;
     mdl_lora *a = calloc(1, sizeof *a);
     if (!a) return kiln_fail(err, KILN_E_NOMEM, "adapter: out of memory");
+    atomic_init(&a->refs, 1);
     a->m = m;
     a->n_layers = m->plan.n_layers;
     a->mods = calloc((size_t)a->n_layers * MDL_LT_COUNT, sizeof *a->mods);
@@ -453,6 +456,11 @@ kiln_code mdl_lora_dir_bytes(const char *dir, uint64_t *bytes, kiln_err *err)
 {
     static const char *const FILES[] = {"adapter_model.safetensors", "adapters.safetensors"};
     *bytes = 0;
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/adapter_config.json", dir);
+    if (access(cfg, R_OK) != 0) /* the same first complaint mdl_lora_load makes */
+        return kiln_fail(err, KILN_E_NOT_FOUND, "adapter folder '%s' has no adapter_config.json",
+                         dir);
     for (size_t f = 0; f < sizeof FILES / sizeof *FILES; f++) {
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, FILES[f]);
@@ -469,14 +477,32 @@ kiln_code mdl_lora_dir_bytes(const char *dir, uint64_t *bytes, kiln_err *err)
                      FILES[1]);
 }
 
+void mdl_lora_retain(const mdl_lora *a)
+{
+    /* the count is the one mutable field of a read-only adapter */
+    if (a) atomic_fetch_add(&((mdl_lora *)a)->refs, 1);
+}
+
 void mdl_lora_free(mdl_lora *a)
 {
-    if (!a) return;
+    if (!a || atomic_fetch_sub(&a->refs, 1) != 1) return;
     if (a->mods)
         for (size_t i = 0; i < (size_t)a->n_layers * MDL_LT_COUNT; i++)
             free(a->mods[i].A);
     free(a->mods);
     free(a);
+}
+
+void mdl_lora_set_retain(const mdl_lora_set *set)
+{
+    for (int32_t i = 0; set && i < set->n; i++)
+        mdl_lora_retain(set->a[i]);
+}
+
+void mdl_lora_set_release(const mdl_lora_set *set)
+{
+    for (int32_t i = 0; set && i < set->n; i++)
+        mdl_lora_free((mdl_lora *)set->a[i]);
 }
 
 mdl_lora_info mdl_lora_get_info(const mdl_lora *a)

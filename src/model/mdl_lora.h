@@ -66,7 +66,15 @@ typedef struct {
  * fine-tune type), KILN_E_INVALID (bad config), KILN_E_CORRUPT (a tensor whose
  * shape does not fit the base: another base model). */
 kiln_code mdl_lora_load(const mdl_model *m, const char *dir, mdl_lora **out, kiln_err *err);
-void mdl_lora_free(mdl_lora *a); /* NULL is a no-op */
+/* Adapters are reference-counted (any thread): load gives one reference,
+ * retain adds one, free drops one and the last frees the adapter. A server
+ * that unloads an adapter drops its reference while requests that started on
+ * it keep theirs (the engine retains a request's set until the request ends). */
+void mdl_lora_retain(const mdl_lora *a); /* NULL is a no-op */
+void mdl_lora_free(mdl_lora *a);         /* NULL is a no-op */
+/* mdl_lora_retain / mdl_lora_free on every adapter of set (NULL: nothing). */
+void mdl_lora_set_retain(const mdl_lora_set *set);
+void mdl_lora_set_release(const mdl_lora_set *set);
 /* The memory mdl_lora_load of folder dir will hold (f32 A and B: 4 bytes per
  * stored element), from its tensor file's header alone, so that memory plans
  * can count an adapter before the model is open. KILN_E_NOT_FOUND without a
