@@ -114,7 +114,7 @@ static gr_options fz_options(void)
     gr_options o = gr_options_default();
     o.max_nfa_states = 20000;
     o.max_dfa_states = 4000;
-    o.max_seconds = 2.0;
+    o.max_ms = 2000;
     return o;
 }
 

@@ -54,6 +54,8 @@ typedef struct {
     double ssd_cache_max; /* GiB; 0 = no cap */
     int64_t gen_ckpt;     /* --generation-checkpoint N; 0 = off */
     int64_t grammar_ws;   /* --grammar-ws N */
+    int64_t grammar_compile_ms; /* --grammar-compile-ms N */
+    double grammar_cache_mb;    /* --grammar-cache MB */
     const char *spec;      /* --spec off|ngram|draft */
     const char *draft_model; /* --draft-model DIR|REPO */
     int spec_fixed;          /* --spec-fixed: no adaptive length, no cost rule */
@@ -122,7 +124,11 @@ static int check_flags(const serve_flags *f, int *thinking)
         : f->memory_budget < 0                     ? "--memory-budget must be > 0 (decimal GB)"
         : f->kv_budget < 0                         ? "--kv-budget must be > 0 (decimal GB)"
         : f->grammar_ws < 0 || f->grammar_ws > 256 ? "--grammar-ws must be 0..256"
-                                                   : NULL;
+        : f->grammar_compile_ms < 0 || f->grammar_compile_ms > 600000
+            ? "--grammar-compile-ms must be 0..600000"
+        : !(f->grammar_cache_mb >= 0 && f->grammar_cache_mb <= 1048576)
+            ? "--grammar-cache must be 0..1048576 (MB)"
+            : NULL;
     if (bad) {
         fprintf(stderr, "kiln serve: %s\n", bad);
         return 2;
@@ -242,6 +248,8 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     sc.thinking = thinking;
     sc.tool_parser = f->tool_family;
     sc.grammar_ws = (int32_t)f->grammar_ws;
+    sc.grammar_compile_ms = (int32_t)f->grammar_compile_ms;
+    sc.grammar_cache_bytes = (size_t)(f->grammar_cache_mb * 1048576.0);
     sc.responses_ttl_s = f->responses_ttl;
     sc.responses_store_bytes = (size_t)(f->responses_store_mib * 1048576.0);
     sc.request_memory = f->request_memory_mib > 0
@@ -432,6 +440,8 @@ int cli_serve(int argc, char **argv)
                      .responses_store_mib = 64,
                      .max_stall_ms = -1,
                      .grammar_ws = 20,
+                     .grammar_compile_ms = 500,
+                     .grammar_cache_mb = 64,
                      .spec_max_draft = 4,
                      .spec_ngram = 3};
     srv_config dc = srv_config_default();
@@ -543,6 +553,14 @@ int cli_serve(int argc, char **argv)
         {"grammar-ws", CLI_INT, &f.grammar_ws, "N",
          "constrained JSON (response_format, tool calls): most whitespace bytes between two "
          "tokens (default 20; 0 = compact JSON)", 0},
+        {"grammar-compile-ms", CLI_INT, &f.grammar_compile_ms, "N",
+         "CPU time one schema/grammar compile may take before the request gets a 400 "
+         "(default 500; 0 = no limit)",
+         0},
+        {"grammar-cache", CLI_FLOAT, &f.grammar_cache_mb, "MB",
+         "compiled schemas/grammars kept for reuse by identical requests, least recently used "
+         "evicted (default 64; 0 = off)",
+         0},
         {"spec", CLI_STR, &f.spec, "off|ngram|draft",
          "speculative decoding by default (per request: \"speculative\"); ngram drafts from the "
          "prompt and output, draft from --draft-model; never changes the output (default off, "

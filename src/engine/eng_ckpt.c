@@ -53,6 +53,13 @@ uint64_t eng_ckpt_identity(const eng_params *p, uint64_t ns)
     for (int k = 0; k < p->n_stop; k++)
         upd(&st, p->stop[k], strlen(p->stop[k]) + 1);
     if (p->n_stop_ids > 0) upd(&st, p->stop_ids, sizeof(int32_t) * (size_t)p->n_stop_ids);
+    if (p->grammar) { /* another schema never resumes this one's output */
+        uint64_t fp = gr_grammar_fingerprint(p->grammar);
+        upd(&st, &fp, sizeof fp);
+        upd(&st, &p->n_grammar_triggers, sizeof p->n_grammar_triggers);
+        if (p->n_grammar_triggers > 0)
+            upd(&st, p->grammar_triggers, sizeof(int32_t) * (size_t)p->n_grammar_triggers);
+    }
     uint64_t h = XXH3_64bits_digest(&st);
     return h ? h : 1;
 }

@@ -22,7 +22,9 @@
  * start from.
  * The identity hashes everything that decides the tokens: the engine state
  * ABI version, the model + KV-format namespace, prompt ids, sampling
- * parameters, logit bias, stop strings and ids, max_tokens, and the seed
+ * parameters, logit bias, stop strings and ids, max_tokens, the grammar's
+ * fingerprint and triggers (a constrained request's parse state is rebuilt by
+ * replaying the tokens through its grammar, eng_gstate_accept), and the seed
  * (or, for a request without one, only its choice index: the stored PRNG state
  * continues it). The SSD entry header adds model, tokenizer and KV identity.
  * Threads: engine thread.

@@ -6,6 +6,8 @@
  *   (none)   -> SYNCED    eng_draft_run()       created from the target's tokens, prefix attached
  *   SYNCED   -> DRAFTED   eng_draft_run()       catch-up + k-1 draft positions run; the k
  *                                               drafts are its last tokens (the last one pending)
+ *   SYNCED   -> SYNCED    eng_draft_run()       catch-up longer than the step's chunk: one
+ *                                               chunk runs, no draft this step (deferred)
  *   DRAFTED  -> SYNCED    eng_draft_rollback()  rejected drafts truncated (blocks back to the pool)
  *            or           eng_draft_run()       the common prefix with the target's tokens is
  *                                               kept, the rest truncated, the new tokens appended
@@ -31,7 +33,7 @@
 struct eng_draft {
     eng_runtime *rt; /* OWNED: weights, KV pool, step context; compute threads borrowed */
     char dir[512];
-    uint64_t forwards, catchup, drafted, dropped;
+    uint64_t forwards, catchup, drafted, dropped, deferred;
     eng_step_item *items; /* OWNED [max_seqs] */
     int32_t *job_of;      /* OWNED [max_seqs]: the job of each item */
 };
@@ -191,6 +193,7 @@ eng_draft_info eng_draft_get_info(const eng_draft *d)
     in.catchup_tokens = d->catchup;
     in.drafted = d->drafted;
     in.dropped_rows = d->dropped;
+    in.deferred_rows = d->deferred;
     return in;
 }
 
@@ -224,29 +227,6 @@ static int32_t argmax(const float *row, int64_t n)
     for (int64_t i = 0; i < n; i++)
         if (!isnan(row[i]) && (best < 0 || row[i] > row[best])) best = (int32_t)i;
     return best;
-}
-
-/* A constrained row's draft: the best of the top candidates its check allows
- * after the drafts so far (out[0..n)); -1 when none. */
-static int32_t best_allowed(const float *row, int64_t vocab, eng_draft_job *j)
-{
-    int32_t top[ENG_DRAFT_CANDIDATES];
-    int nt = 0;
-    for (int64_t i = 0; i < vocab; i++) { /* insertion into the top list, best first */
-        if (isnan(row[i])) continue;
-        if (nt == ENG_DRAFT_CANDIDATES && !(row[i] > row[top[nt - 1]])) continue;
-        int p = nt < ENG_DRAFT_CANDIDATES ? nt++ : nt - 1;
-        while (p > 0 && row[i] > row[top[p - 1]]) {
-            top[p] = top[p - 1];
-            p--;
-        }
-        top[p] = (int32_t)i;
-    }
-    for (int c = 0; c < nt; c++) {
-        j->out[j->n_out] = top[c];
-        if (j->allow(j->allow_user, j->out, j->n_out + 1) == j->n_out + 1) return top[c];
-    }
-    return -1;
 }
 
 kiln_code eng_draft_run(eng_draft *d, eng_draft_job *jobs, int32_t n, kiln_err *err)
@@ -310,10 +290,18 @@ kiln_code eng_draft_run(eng_draft *d, eng_draft_job *jobs, int32_t n, kiln_err *
         d->forwards++;
         int32_t row = 0;
         for (int32_t k = 0; k < m; k++) {
-            if (!d->items[k].n_logits) continue;
+            if (!d->items[k].n_logits) { /* a catch-up chunk short of the end: the row goes
+                                            on next step, so a long prompt never stalls the
+                                            step for its whole draft prefill */
+                state[d->job_of[k]] = DONE;
+                d->deferred++;
+                continue;
+            }
             eng_draft_job *j = &jobs[d->job_of[k]];
             const float *lg = rt->logits + (size_t)row * (size_t)vocab;
-            int32_t t = j->allow ? best_allowed(lg, vocab, j) : argmax(lg, vocab);
+            int32_t t = j->pick ? j->pick(j->pick_user, rt->logits + (size_t)row * (size_t)vocab,
+                                          vocab, j->out, j->n_out)
+                                : argmax(lg, vocab);
             row += d->items[k].n_logits;
             if (t < 0) { /* no finite logit, or nothing the row allows: no more drafts */
                 state[d->job_of[k]] = DONE;

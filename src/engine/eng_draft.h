@@ -21,6 +21,9 @@
  * prefill or a prefix hit, the emitted tokens — is appended), then runs all
  * rows together: catch-up chunks and one draft-model forward per draft
  * position for every row that still drafts, batched like the target's step.
+ * A row's catch-up runs at most one chunk (the step's token budget, shared
+ * by the rows) per call: a row still behind after it drafts nothing this time
+ * and goes on at the next call.
  * Draft tokens are the draft model's argmax (greedy): deterministic, so exact
  * match verification costs nothing against rejection sampling
  * (docs/speculative.md) and the output never depends on the drafter.
@@ -49,15 +52,12 @@ typedef struct {
     int32_t k;            /* draft tokens wanted (0..ENG_SPEC_MAX_DRAFT) */
     int32_t *out;         /* OUT [k] */
     int32_t n_out;        /* OUT: tokens drafted (0 when the draft pool could not hold the row) */
-    /* optional (a constrained row): the longest prefix of drafts[0..n) the row
-     * may verify. Each draft is then the best of the draft model's top
-     * ENG_DRAFT_CANDIDATES that keeps the whole draft allowed (drafting stops
-     * when none does); NULL = the argmax, unchecked */
-    int32_t (*allow)(void *user, const int32_t *drafts, int32_t n);
-    void *allow_user;
+    /* optional (a constrained row): picks draft n from the draft model's logits
+     * (writable) after drafts[0..n), called for n = 0, 1, ... in order; -1
+     * ends the row's draft. NULL = the argmax */
+    int32_t (*pick)(void *user, float *logits, int64_t vocab, const int32_t *drafts, int32_t n);
+    void *pick_user;
 } eng_draft_job;
-
-#define ENG_DRAFT_CANDIDATES 8
 
 typedef struct {
     char dir[512];          /* the draft model's folder */
@@ -71,6 +71,8 @@ typedef struct {
     uint64_t catchup_tokens;/* tokens run to bring draft sequences to the target's */
     uint64_t drafted;       /* tokens proposed */
     uint64_t dropped_rows;  /* rows that found no room in the draft pool */
+    uint64_t deferred_rows; /* rows whose catch-up took more than one chunk: one chunk ran,
+                               drafting waited for the next step */
 } eng_draft_info;
 
 /* API */

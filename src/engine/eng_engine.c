@@ -85,6 +85,14 @@ struct eng_handle {
     double *pool;          /* OWNED [hidden]: embedding accumulator (p.pooling), engine thread */
 };
 
+/* draft_pick's context: a constrained row and its history */
+typedef struct eng_draft_pick {
+    eng_handle *h;
+    const int32_t *hist; /* BORROWED: the row's tokens */
+    int32_t n_hist;
+    void *scratch;       /* BORROWED: the sampler's scratch */
+} eng_draft_pick;
+
 struct eng_engine {
     eng_runtime *rt;           /* BORROWED */
     const tok_tokenizer *tok;  /* BORROWED */
@@ -120,9 +128,11 @@ struct eng_engine {
     double draft_s_pos;        /* engine thread: EWMA seconds of one batched draft-model pass
                                   (a draft position over the step's drafting rows); 0 = unknown */
     eng_spec_stats spec_acc;   /* engine thread: counters of the step in progress */
+    eng_spec_stats spec_acc_m[ENG_SPEC_METHODS]; /* the same by the rows' method */
     eng_draft_job *djobs;      /* OWNED [max_seqs] with a draft model: this step's draft jobs */
     int32_t *dbuf;             /* OWNED [max_seqs x ENG_SPEC_MAX_DRAFT]: their tokens */
     int32_t *djob_item;        /* OWNED [max_seqs]: the step item of each job */
+    struct eng_draft_pick *dpick; /* OWNED [max_seqs]: draft_pick's context per job */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -838,8 +848,8 @@ static void engine_admit(eng_engine *e)
                 req_finish(e, h, ENG_FINISH_ERROR, NULL, &err); /* else its text would leak out */
                 continue;
             }
-            /* checkpoints do not carry the grammar's identity: constrained requests skip them */
-            if (e->o.ckpt_every > 0 && !h->p.grammar && ckpt_resume(e, h)) continue; /* ended in the replay */
+            /* after grammar_setup: the replay advances the parse state token by token */
+            if (e->o.ckpt_every > 0 && ckpt_resume(e, h)) continue; /* ended in the replay */
         }
         /* pooling every position needs every row computed: no cached prefix stands in */
         int32_t hit = eng_pool_needs_all(h->p.pooling) ? 0 : eng_seq_attach_prefix(h->seq, e->rt->kv, mdl_lora_set_ns(&h->p.lora, e->ns));
@@ -948,11 +958,25 @@ static int32_t spec_take(eng_engine *e, int32_t k, const int32_t *buf, int32_t d
     return d;
 }
 
-/* eng_draft_job.allow for a constrained row: what its grammar lets it verify. */
-static int32_t draft_allow(void *user, const int32_t *drafts, int32_t n)
+/* eng_draft_job.pick for a constrained row: the draft model's argmax under the
+ * grammar's mask of the state after the drafts so far (pushed one by one; the
+ * caller unwinds them after the run), so its drafts are sentences the row may
+ * verify. */
+static int32_t draft_pick(void *user, float *logits, int64_t vocab, const int32_t *drafts, int32_t n)
 {
-    eng_handle *h = user;
-    return eng_gstate_draft_prefix(h->gs, drafts, n, h->ends, h->n_ends);
+    eng_draft_pick *dp = user;
+    eng_handle *h = dp->h;
+    kiln_err err;
+    if (n > 0 && eng_gstate_push(h->gs, drafts[n - 1], &err) != KILN_OK) return -1;
+    eng_sampling greedy = eng_sampling_default();
+    greedy.temperature = 0;
+    eng_rng rng;
+    eng_rng_seed(&rng, 0); /* greedy: never drawn */
+    eng_sample_out so;
+    int32_t left = h->p.max_tokens - h->n_generated - n;
+    int32_t t = eng_gstate_sample(h->gs, &greedy, logits, vocab, dp->hist, dp->n_hist, h->ends,
+                                  h->n_ends, left, &rng, dp->scratch, &so, &err);
+    return t < 0 ? -1 : t;
 }
 
 static void spec_plan(eng_engine *e, int32_t n)
@@ -991,11 +1015,15 @@ static void spec_plan(eng_engine *e, int32_t n)
                                                           kmax, h->spec.rate * kmax, extra)) {
                 eng_spec_row_skipped(&h->spec);
                 e->spec_acc.skipped_cost++;
+                e->spec_acc_m[ENG_SPEC_DRAFT].skipped_cost++;
                 continue;
             }
             e->djobs[nj] = (eng_draft_job){.seq = &h->dseq, .toks = s->tokens, .n_toks = n0,
                                            .k = kmax, .out = e->dbuf + (size_t)nj * ENG_SPEC_MAX_DRAFT,
-                                           .allow = h->gs ? draft_allow : NULL, .allow_user = h};
+                                           .pick = h->gs ? draft_pick : NULL,
+                                           .pick_user = &e->dpick[nj]};
+            e->dpick[nj] = (eng_draft_pick){.h = h, .hist = s->tokens, .n_hist = n0,
+                                            .scratch = e->rt->sample_scratch};
             e->djob_item[nj++] = k;
             if (kmax > dlong) dlong = kmax;
             T += kmax; /* held for it: the drafts come back at most this long */
@@ -1012,6 +1040,7 @@ static void spec_plan(eng_engine *e, int32_t n)
             !eng_spec_pays(&e->spec_cost, e->s_per_token, T, work, d, h->spec.rate * d)) {
             eng_spec_row_skipped(&h->spec);
             e->spec_acc.skipped_cost++;
+            e->spec_acc_m[ENG_SPEC_NGRAM].skipped_cost++;
             continue;
         }
         d = spec_take(e, k, buf, d);
@@ -1034,6 +1063,7 @@ static void spec_plan(eng_engine *e, int32_t n)
         for (int32_t i = 0; i < nj; i++) {
             eng_draft_job *j = &e->djobs[i];
             eng_handle *h = e->owners[e->djob_item[i]];
+            if (h->gs) eng_gstate_unwind(h->gs); /* draft_pick's pushes */
             int32_t d = j->n_out;
             if (d > 0 && h->gs) d = eng_gstate_draft_prefix(h->gs, j->out, d, h->ends, h->n_ends);
             if (d > 0) d = spec_take(e, e->djob_item[i], j->out, d);
@@ -1091,6 +1121,11 @@ static int spec_verify(eng_engine *e, eng_handle *h, float *lg)
     st->accepted += (uint64_t)m;
     st->emitted += (uint64_t)m + (gend ? 0 : 1);
     st->verify_s += plat_now() - t0;
+    eng_spec_stats *sm = &e->spec_acc_m[h->spec_method];
+    sm->rows++;
+    sm->drafted += (uint64_t)d;
+    sm->accepted += (uint64_t)m;
+    sm->emitted += (uint64_t)m + (gend ? 0 : 1);
     for (int32_t j = 0; j < m + (gend ? 0 : 1); j++) {
         if (j < m) h->spec_accepted++;
         /* what plain decoding has published when it samples out[j]: so a stop
@@ -1290,6 +1325,15 @@ static void engine_step(eng_engine *e)
     st->draft_s += sa->draft_s;
     st->verify_s += sa->verify_s;
     memset(sa, 0, sizeof *sa);
+    for (int m = 0; m < ENG_SPEC_METHODS; m++) {
+        eng_spec_stats *a = &e->spec_acc_m[m], *b = &e->stats.spec_by[m];
+        b->rows += a->rows;
+        b->drafted += a->drafted;
+        b->accepted += a->accepted;
+        b->emitted += a->emitted;
+        b->skipped_cost += a->skipped_cost;
+        memset(a, 0, sizeof *a);
+    }
     if (e->o.draft) e->stats.draft = eng_draft_get_info(e->o.draft);
     e->stats.steps++;
     e->stats.step_tokens += (uint64_t)toks;
@@ -1518,7 +1562,8 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
         e->djobs = calloc(ms, sizeof *e->djobs);
         e->dbuf = calloc(ms * ENG_SPEC_MAX_DRAFT, sizeof *e->dbuf);
         e->djob_item = calloc(ms, sizeof *e->djob_item);
-        if (!e->djobs || !e->dbuf || !e->djob_item) {
+        e->dpick = calloc(ms, sizeof *e->dpick);
+        if (!e->djobs || !e->dbuf || !e->djob_item || !e->dpick) {
             eng_engine_stop(e);
             return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
         }
@@ -1599,6 +1644,7 @@ void eng_engine_stop(eng_engine *e)
     free(e->djobs);
     free(e->dbuf);
     free(e->djob_item);
+    free(e->dpick);
     eng_gmask_destroy(e->gm);
     free(e->hidden);
     free(e);

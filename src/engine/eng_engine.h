@@ -183,6 +183,9 @@ typedef struct {
     eng_spec_method spec_method;
     int32_t spec_max_draft;
     eng_spec_stats spec;
+    eng_spec_stats spec_by[ENG_SPEC_METHODS]; /* by the rows' method ([ENG_SPEC_NGRAM],
+                                  [ENG_SPEC_DRAFT]): rows, drafted, accepted, emitted,
+                                  skipped_cost */
     bool draft_on;            /* a draft model is loaded; draft holds what it is and does */
     eng_draft_info draft;
 } eng_stats;

@@ -50,7 +50,9 @@ typedef int32_t gr_rule; /* a rule of a builder; < 0 after an error */
 typedef struct {
     int32_t max_nfa_states; /* all rules together, before determinization */
     int32_t max_dfa_states; /* all rules together, after */
-    double max_seconds;     /* wall-clock guard; 0 = none */
+    /* CPU time of the compiling thread, in ms (a loaded machine does not make a
+     * schema fail, a schema built to blow up cannot hold a thread); 0 = none */
+    int32_t max_ms;
     /* JSON: most whitespace bytes between two tokens of JSON syntax ([ \t\n\r]{0,N});
      * 0 = compact JSON (no whitespace at all) */
     int32_t json_ws_max;
@@ -61,7 +63,7 @@ typedef struct {
 } gr_options;
 
 /* API: options */
-gr_options gr_options_default(void); /* 1M NFA / 256k DFA states, 1 s, ws 20, strict */
+gr_options gr_options_default(void); /* 1M NFA / 256k DFA states, 500 ms, ws 20, strict */
 
 /* API: vocabulary */
 /* Every token's bytes as they appear in generated text (tok_decode mid-text),
@@ -91,6 +93,36 @@ typedef struct {
     double compile_s;
 } gr_grammar_info;
 gr_grammar_info gr_grammar_get_info(const gr_grammar *g);
+size_t gr_grammar_bytes(const gr_grammar *g); /* heap bytes of its tables */
+/* A hash of the compiled tables: two grammars with equal fingerprints accept the
+ * same texts (a generation checkpoint of one never resumes under another). */
+uint64_t gr_grammar_fingerprint(const gr_grammar *g);
+
+/* API: compile cache. Compiled grammars kept under a caller's key (the
+ * canonical text of what was compiled, with every option that shaped it),
+ * bounded in bytes, least recently used evicted. An entry holds one reference
+ * to its grammar; a hit hands out another, so a request keeps its grammar
+ * alive after eviction. Thread-safe (one mutex; compiles run outside it, so
+ * two concurrent misses on one key both compile and the first stored wins). */
+typedef struct gr_cache gr_cache;
+typedef struct {
+    int64_t entries;
+    size_t bytes, max_bytes; /* keys + grammars' tables */
+    uint64_t hits, misses, evictions;
+} gr_cache_stats;
+kiln_code gr_cache_create(size_t max_bytes, gr_cache **out, kiln_err *err);
+void gr_cache_destroy(gr_cache *c); /* NULL is a no-op; grammars in use stay alive */
+/* On a hit: *g = a new reference (the caller releases it), the entry's aux bytes
+ * copied to aux (at most aux_cap; *aux_len = their count), returns true. A miss
+ * counts and returns false. c NULL: always a miss, uncounted. */
+bool gr_cache_get(gr_cache *c, const void *key, size_t klen, gr_grammar **g, void *aux,
+                  size_t aux_cap, size_t *aux_len);
+/* Stores g (retained) with aux bytes under key (both copied). A key already
+ * present keeps its entry; an entry bigger than the whole cache is not stored.
+ * KILN_E_NOMEM leaves the cache as it was. */
+kiln_code gr_cache_put(gr_cache *c, const void *key, size_t klen, gr_grammar *g, const void *aux,
+                       size_t aux_len, kiln_err *err);
+gr_cache_stats gr_cache_get_stats(gr_cache *c);
 
 /* API: building grammars in C (tool-call syntax around JSON Schemas, tests).
  * Expressions live in the builder; every constructor returns < 0 once the

@@ -22,7 +22,7 @@ gr_options gr_options_default(void)
     gr_options o = {
         .max_nfa_states = 1 << 20,
         .max_dfa_states = 1 << 18,
-        .max_seconds = 1.0,
+        .max_ms = 500,
         .json_ws_max = 20,
         .json_strict = true,
     };
@@ -50,9 +50,9 @@ kiln_code gr_builder_error(const gr_builder *b, kiln_err *err)
 kiln_code gr_b_check_time(gr_builder *b)
 {
     if (b->failed) return b->err.code;
-    if (b->o.max_seconds > 0 && plat_now() - b->t_start > b->o.max_seconds)
-        return gr_b_fail(b, KILN_E_INVALID, "grammar compile took more than %g s (limit)",
-                         b->o.max_seconds);
+    if (b->o.max_ms > 0 && (plat_thread_cpu() - b->t_start) * 1e3 > b->o.max_ms)
+        return gr_b_fail(b, KILN_E_INVALID, "grammar compile exceeded %d ms of CPU time",
+                         (int)b->o.max_ms);
     return KILN_OK;
 }
 
@@ -79,7 +79,7 @@ kiln_code gr_builder_create(const gr_options *o, gr_builder **out, kiln_err *err
     b->o = o ? *o : gr_options_default();
     if (b->o.json_ws_max < 0) b->o.json_ws_max = 0;
     b->ws = -1;
-    b->t_start = plat_now();
+    b->t_start = plat_thread_cpu();
     *out = b;
     return KILN_OK;
 }
@@ -110,7 +110,7 @@ static gr_expr node_new(gr_builder *b, gr_node n)
         return -1;
     }
     if (b->n_nodes >= b->o.max_nfa_states) {
-        gr_b_fail(b, KILN_E_INVALID, "grammar is too large (over %d expression nodes)",
+        gr_b_fail(b, KILN_E_INVALID, "grammar compile exceeded %d states (expression nodes)",
                   (int)b->o.max_nfa_states);
         return -1;
     }

@@ -20,6 +20,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 /* ------------------------------------------------------------ growable arrays */
@@ -81,7 +82,7 @@ static int32_t nstate(nfa *n)
     if (n->b->failed) return -1;
     if (n->total >= n->b->o.max_nfa_states) {
         gr_b_fail(n->b, KILN_E_INVALID,
-                  "grammar is too large (over %d automaton states before "
+                  "grammar compile exceeded %d states (automaton states before "
                   "determinization)",
                   (int)n->b->o.max_nfa_states);
         return -1;
@@ -707,7 +708,7 @@ static int determinize(nfa *n, closer *cl, int32_t s, int32_t e, int32_t *dfa_to
     for (int32_t D = 0; D + 1 < m.off.n; D++) {
         if ((D & 255) == 0 && gr_b_check_time(b)) goto fail;
         if (++*dfa_total > b->o.max_dfa_states) {
-            gr_b_fail(b, KILN_E_INVALID, "grammar is too large (over %d automaton states)",
+            gr_b_fail(b, KILN_E_INVALID, "grammar compile exceeded %d states (automaton states)",
                       (int)b->o.max_dfa_states);
             goto fail;
         }
@@ -928,8 +929,9 @@ static int product(gr_builder *b, rdfa *x, const rdfa *y, int32_t *dfa_total)
     int32_t start[2] = {0, 0};
     if (setmap_get(&m, start, 2, &added) < 0) goto nomem;
     for (int32_t P = 0; P + 1 < m.off.n; P++) {
+        if ((P & 255) == 0 && gr_b_check_time(b)) goto fail;
         if (++*dfa_total > b->o.max_dfa_states) {
-            gr_b_fail(b, KILN_E_INVALID, "grammar is too large (over %d automaton states)",
+            gr_b_fail(b, KILN_E_INVALID, "grammar compile exceeded %d states (automaton states)",
                       (int)b->o.max_dfa_states);
             goto fail;
         }
@@ -1490,6 +1492,51 @@ out:
     return b->failed ? b->err.code : KILN_OK;
 }
 
+/* The grammar's size and fingerprint, once its tables are final. Fields are
+ * hashed one by one: structs with padding would hash indeterminate bytes. */
+static void seal(gr_grammar *g)
+{
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    int32_t hdr[3] = {g->n_rules, g->n_states, g->root};
+    XXH3_64bits_update(&st, hdr, sizeof hdr);
+    size_t ntrans = 0, blob = 0, names = 0;
+    for (int32_t r = 0; r < g->n_rules; r++) {
+        const gr_crule *R = &g->rules[r];
+        int32_t v[5] = {R->first, R->n_states, R->n_classes, R->leaf_blob, R->leaf_blob_len};
+        XXH3_64bits_update(&st, v, sizeof v);
+        XXH3_64bits_update(&st, R->cls, sizeof R->cls);
+        ntrans += (size_t)R->n_states * (size_t)R->n_classes;
+        if (R->leaf_blob >= 0) blob += (size_t)R->leaf_blob_len;
+        names += strlen(R->name) + 1;
+    }
+    size_t ns = (size_t)g->n_states, ncalls = (size_t)g->call_off[g->n_states];
+    XXH3_64bits_update(&st, g->flags, ns);
+    XXH3_64bits_update(&st, g->rule_of, 4 * ns);
+    XXH3_64bits_update(&st, g->row, 4 * ns);
+    XXH3_64bits_update(&st, g->trans, 4 * ntrans);
+    XXH3_64bits_update(&st, g->call_off, 4 * (ns + 1));
+    for (size_t j = 0; j < ncalls; j++) {
+        int32_t c[3] = {g->calls[j].start, g->calls[j].ret, g->calls[j].tail};
+        XXH3_64bits_update(&st, c, sizeof c);
+    }
+    XXH3_64bits_update(&st, g->dist, 4 * ns);
+    uint64_t h = XXH3_64bits_digest(&st);
+    g->fingerprint = h ? h : 1;
+    g->bytes = sizeof *g + (size_t)g->n_rules * sizeof *g->rules + names + ns * (1 + 4 * 4) +
+               4 * ntrans + (ns + 1) * 4 + ncalls * sizeof *g->calls + blob;
+}
+
+size_t gr_grammar_bytes(const gr_grammar *g)
+{
+    return g->bytes;
+}
+
+uint64_t gr_grammar_fingerprint(const gr_grammar *g)
+{
+    return g->fingerprint;
+}
+
 kiln_code gr_builder_compile(gr_builder *b, gr_rule root, gr_grammar **out, kiln_err *err)
 {
     *out = NULL;
@@ -1541,6 +1588,7 @@ kiln_code gr_builder_compile(gr_builder *b, gr_rule root, gr_grammar **out, kiln
     }
     free(rmap);
     free(order);
+    seal(g);
     g->compile_s = plat_now() - t0;
     *out = g;
     return KILN_OK;

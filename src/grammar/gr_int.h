@@ -65,13 +65,14 @@ struct gr_builder {
     gr_expr ws; /* cached gr_json_ws expression; -1 until first use */
     bool failed;
     kiln_err err;   /* the first error */
-    double t_start; /* plat_now at create (max_seconds) */
+    double t_start; /* plat_thread_cpu at create (max_ms) */
 };
 
 /* Records the first error; returns its code. */
 kiln_code gr_b_fail(gr_builder *b, kiln_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* KILN_E_INVALID once the builder has run past options' max_seconds. */
+/* KILN_E_INVALID once the builder's thread has run past options' max_ms of CPU
+ * time. Called often enough in every loop that may grow with the input. */
 kiln_code gr_b_check_time(gr_builder *b);
 const gr_node *gr_b_node(const gr_builder *b, gr_expr e);
 
@@ -116,6 +117,8 @@ struct gr_grammar {
     uint8_t *blob;     /* OWNED: serialized leaf DFAs (gr_vocab's cache compares them) */
     int32_t nfa_states;
     double compile_s;
+    size_t bytes;         /* heap bytes of the tables (the compile cache's budget) */
+    uint64_t fingerprint; /* hash of the tables: equal grammars, equal fingerprints */
 };
 
 static inline int32_t gr_step_byte(const gr_grammar *g, int32_t s, uint8_t byte)

@@ -57,6 +57,8 @@ typedef struct {
     size_t responses_store_bytes; /* Responses store cap, bytes (default 64 MiB) */
     int tool_parser;         /* srv_tc_family (srv_toolcall.h); -1 = detect from the template */
     int32_t grammar_ws;      /* constrained JSON: most whitespace bytes between tokens (0 = compact) */
+    int32_t grammar_compile_ms; /* CPU time a schema/grammar compile may take (0 = no limit) */
+    size_t grammar_cache_bytes; /* compiled grammars kept for reuse (0 = no cache) */
     srv_sampling_defaults defaults;
     unsigned max_connections;        /* connections served at once (idle ones give way past it; a
                                         request beyond it with every slot busy gets 503) */

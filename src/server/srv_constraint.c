@@ -37,6 +37,10 @@ static kiln_code set_schema(srv_request *r, const json_t *schema, bool strict, c
 {
     if (!json_is_object(schema) && !json_is_boolean(schema))
         return bad(err, param, field, "the JSON schema must be an object");
+    if (srv_json_check_depth(schema, false, "the JSON schema", err)) {
+        snprintf(param, 64, "%s", field);
+        return err->code;
+    }
     r->format = SRV_FMT_JSON_SCHEMA;
     r->schema = json_deep_copy(schema);
     r->schema_strict = strict;
@@ -605,6 +609,78 @@ static gr_expr think_wrap(cb *c, gr_expr body, int32_t *trig, int32_t *n_trig)
     return body;
 }
 
+/* ---------------------------------------------------------------- cache key */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} kbuf;
+
+static void kput(kbuf *k, const char *s, size_t n)
+{
+    if (k->oom) return;
+    if (k->n + n + 1 > k->cap) {
+        size_t nc = (k->n + n + 1) * 2;
+        char *q = realloc(k->p, nc);
+        if (!q) {
+            k->oom = true;
+            return;
+        }
+        k->p = q;
+        k->cap = nc;
+    }
+    memcpy(k->p + k->n, s, n);
+    k->n += n;
+}
+
+/* A length-prefixed field, so that no two inputs spell the same key. */
+static void kfield(kbuf *k, const char *s, size_t n)
+{
+    char hdr[24];
+    int m = snprintf(hdr, sizeof hdr, "%zu:", n);
+    kput(k, hdr, (size_t)m);
+    kput(k, s ? s : "", n);
+}
+
+static void kjson(kbuf *k, const json_t *j)
+{
+    /* schema order is meaningful (properties are generated in it): no sorting */
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    if (j && !s) k->oom = true;
+    kfield(k, s, s ? strlen(s) : 0);
+    free(s);
+}
+
+/* Everything srv_constraint_build reads, canonically: the key of the compile
+ * cache. The tokenizer is the server's one (fixed per cache). OWNED or NULL. */
+static char *cache_key(const srv_request *r, const srv_cctx *cx, size_t *len)
+{
+    kbuf k = {0};
+    char hdr[160];
+    int m =
+        snprintf(hdr, sizeof hdr,
+                 "kiln-grammar-1 api=%d fmt=%d strict=%d tc=%d par=%d fam=%d "
+                 "open=%d maybe=%d style=%d ws=%d ms=%d|",
+                 (int)r->api, (int)r->format, (int)r->schema_strict, (int)r->tool_choice,
+                 (int)r->parallel_tool_calls, (int)cx->family, (int)cx->think_open,
+                 (int)cx->think_maybe, (int)cx->think_style, (int)cx->ws_max, (int)cx->compile_ms);
+    kput(&k, hdr, (size_t)m);
+    kfield(&k, r->tool_name, r->tool_name ? strlen(r->tool_name) : 0);
+    kfield(&k, r->grammar, r->grammar ? strlen(r->grammar) : 0);
+    kjson(&k, r->schema);
+    kjson(&k, r->tools);
+    if (k.oom) {
+        free(k.p);
+        return NULL;
+    }
+    *len = k.n;
+    return k.p;
+}
+
+static int build_uncached(const srv_request *r, const srv_cctx *cx, gr_grammar **g, int32_t *trig,
+                          int32_t *n_trig, srv_error *e);
+
 int srv_constraint_build(const srv_request *r, const srv_cctx *cx, gr_grammar **g, int32_t *trig,
                          int32_t *n_trig, srv_error *e)
 {
@@ -612,11 +688,35 @@ int srv_constraint_build(const srv_request *r, const srv_cctx *cx, gr_grammar **
     *n_trig = 0;
     memset(e, 0, sizeof *e);
     bool tools = r->tools && cx->family != SRV_TC_NONE && r->api != SRV_API_COMPLETION;
+    if (r->format == SRV_FMT_TEXT && !tools) return 0;
+    size_t klen = 0;
+    char *key = cx->cache ? cache_key(r, cx, &klen) : NULL;
+    size_t alen = 0;
+    if (key &&
+        gr_cache_get(cx->cache, key, klen, g, trig, sizeof(int32_t) * SRV_MAX_TRIGGERS, &alen)) {
+        *n_trig = (int32_t)(alen / sizeof(int32_t));
+        free(key);
+        return 0;
+    }
+    int rc = build_uncached(r, cx, g, trig, n_trig, e);
+    if (!rc && key && *g) {
+        kiln_err err;
+        /* out of memory only costs the reuse: the request has its grammar */
+        (void)gr_cache_put(cx->cache, key, klen, *g, trig, sizeof(int32_t) * (size_t)*n_trig, &err);
+    }
+    free(key);
+    return rc;
+}
+
+static int build_uncached(const srv_request *r, const srv_cctx *cx, gr_grammar **g, int32_t *trig,
+                          int32_t *n_trig, srv_error *e)
+{
+    bool tools = r->tools && cx->family != SRV_TC_NONE && r->api != SRV_API_COMPLETION;
     bool forced =
         tools && (r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED);
-    if (r->format == SRV_FMT_TEXT && !tools) return 0;
     gr_options o = gr_options_default();
     o.json_ws_max = cx->ws_max;
+    o.max_ms = cx->compile_ms;
     kiln_err err;
     gr_builder *b;
     if (gr_builder_create(&o, &b, &err)) {

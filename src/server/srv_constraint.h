@@ -43,6 +43,8 @@ typedef struct {
     srv_think_style think_style; /* its tags */
     const tok_tokenizer *tok;    /* BORROWED */
     int32_t ws_max;              /* JSON whitespace between tokens (--grammar-ws) */
+    int32_t compile_ms;          /* CPU time a compile may take (--grammar-compile-ms; 0 = none) */
+    gr_cache *cache;             /* BORROWED compile cache (--grammar-cache); NULL = none */
 } srv_cctx;
 
 /* API */
@@ -55,7 +57,9 @@ kiln_code srv_parse_format(const json_t *root, srv_request *r, char *param, kiln
 char *srv_tool_prefill(srv_tc_family f, const srv_request *r, const tok_tokenizer *tok);
 /* The grammar of the request's output, compiled: *g OWNED (gr_grammar_release),
  * NULL when the output is free; trig[0..*n_trig) (SRV_MAX_TRIGGERS) special
- * tokens after which it starts. 0, or -1 with *e (a 400 naming the field). */
+ * tokens after which it starts. 0, or -1 with *e (a 400 naming the field).
+ * With cx->cache, an identical earlier build (same schema/grammar text, tools,
+ * tool_choice, API, think context and options) is reused, not compiled. */
 int srv_constraint_build(const srv_request *r, const srv_cctx *cx, gr_grammar **g, int32_t *trig,
                          int32_t *n_trig, srv_error *e);
 

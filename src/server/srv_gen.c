@@ -149,7 +149,8 @@ static int setup_tools(srv_gen *g, srv_error *e)
 static int build_grammar(srv_gen *g, bool think_open, bool think_maybe, srv_error *e)
 {
     srv_cctx cx = {.family = g->tc_family, .think_open = think_open, .think_maybe = think_maybe,
-                   .think_style = g->think_style, .tok = g->s->tok, .ws_max = g->s->cfg.grammar_ws};
+                   .think_style = g->think_style, .tok = g->s->tok, .ws_max = g->s->cfg.grammar_ws,
+                   .compile_ms = g->s->cfg.grammar_compile_ms, .cache = g->s->gcache};
     return srv_constraint_build(&g->r, &cx, &g->grammar, g->gtrig, &g->n_gtrig, e);
 }
 

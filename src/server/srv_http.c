@@ -888,6 +888,8 @@ srv_config srv_config_default(void)
         .thinking = -1,
         .tool_parser = -1,
         .grammar_ws = 20,
+        .grammar_compile_ms = 500,
+        .grammar_cache_bytes = (size_t)64 << 20,
         .responses_ttl_s = 3600,
         .responses_store_bytes = (size_t)64 << 20,
         .defaults = {.temperature = 0.7f,
@@ -948,7 +950,8 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
     s->api_key = c->api_key && c->api_key[0] ? strdup(c->api_key) : NULL;
     s->metrics = srv_metrics_new();
     s->t_start = plat_now();
-    if (srv_rstore_create(c->responses_ttl_s, c->responses_store_bytes, &s->rstore, err)) {
+    if (srv_rstore_create(c->responses_ttl_s, c->responses_store_bytes, &s->rstore, err) ||
+        (c->grammar_cache_bytes && gr_cache_create(c->grammar_cache_bytes, &s->gcache, err))) {
         srv_stop(s);
         return err ? err->code : KILN_E_NOMEM;
     }
@@ -1044,6 +1047,10 @@ kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
     if (s->model_dir) {
         kiln_err e2;
         kiln_code rc = srv_chat_load(s->model_dir, &s->chat, &e2);
+        /* a render holds its prompt text and its values: each bounded by the
+         * request memory cap, as a body and its parsed JSON are */
+        if (rc == KILN_OK)
+            srv_chat_set_limits(s->chat, s->cfg.request_memory, s->cfg.request_memory);
         if (rc == KILN_E_NOT_FOUND) {
             KLOG_INFO("srv", "model has no chat template: /v1/chat/completions answers 400");
         } else if (rc) {
@@ -1124,6 +1131,7 @@ void srv_stop(srv_server *s)
     srv_conv_close(s->conv);
     json_decref(s->fit);
     srv_rstore_destroy(s->rstore);
+    gr_cache_destroy(s->gcache);
     srv_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "grammar/gr.h"
 #include "server/srv.h"
 #include "server/srv_chat.h"
 #include "server/srv_conns.h"
@@ -36,6 +37,7 @@ struct srv_server {
     char *lora_dir;               /* OWNED: --lora-dir (hot loads come only from it); NULL = none */
     uint64_t lora_hot_cap;        /* --lora-memory bytes for hot loads; 0 = no cap */
     srv_rstore *rstore;           /* OWNED: Responses API store (previous_response_id) */
+    gr_cache *gcache;             /* OWNED: compiled grammars (--grammar-cache); NULL = off */
     srv_tc_family tool_family;    /* how tool calls are parsed (set by srv_attach) */
     srv_metrics *metrics;         /* OWNED */
     srv_conns *conns;             /* OWNED: open connections, deadlines, caps */

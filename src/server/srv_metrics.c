@@ -9,6 +9,7 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,24 +167,31 @@ int srv_metrics_render(srv_metrics *m, const eng_stats *st, double uptime_s, srv
                     look ? (double)st->kv.hits / (double)look : 0.0);
     rc |= put_counter(b, "kiln_engine_steps_total", "Batched steps run.", st->steps);
     rc |= put_counter(b, "kiln_preemptions_total", "Sequences preempted for KV room.", st->preemptions);
-    /* speculative decoding (docs/speculative.md); method label: the server's drafter
-     * ("draft" with a default draft model, else "ngram"); the counters cover every row */
+    /* speculative decoding (docs/speculative.md): one series per drafting method */
     const eng_spec_stats *sp = &st->spec;
-    const char *ml = st->spec_method == ENG_SPEC_DRAFT ? "draft" : "ngram";
-    rc |= put(b, "# HELP kiln_spec_draft_tokens_total Draft tokens verified.\n"
-                 "# TYPE kiln_spec_draft_tokens_total counter\n"
-                 "kiln_spec_draft_tokens_total{method=\"%s\"} %" PRIu64 "\n"
-                 "# HELP kiln_spec_accepted_tokens_total Draft tokens accepted (equal to the "
-                 "model's own sample).\n"
-                 "# TYPE kiln_spec_accepted_tokens_total counter\n"
-                 "kiln_spec_accepted_tokens_total{method=\"%s\"} %" PRIu64 "\n"
-                 "# HELP kiln_spec_emitted_tokens_total Tokens emitted by rows that verified drafts.\n"
-                 "# TYPE kiln_spec_emitted_tokens_total counter\n"
-                 "kiln_spec_emitted_tokens_total{method=\"%s\"} %" PRIu64 "\n"
-                 "# HELP kiln_spec_verifications_total Row verifications (a row with drafts in a step).\n"
-                 "# TYPE kiln_spec_verifications_total counter\n"
-                 "kiln_spec_verifications_total{method=\"%s\"} %" PRIu64 "\n",
-              ml, sp->drafted, ml, sp->accepted, ml, sp->emitted, ml, sp->rows);
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } series[] = {
+        {"kiln_spec_draft_tokens_total", "Draft tokens verified.", offsetof(eng_spec_stats, drafted)},
+        {"kiln_spec_accepted_tokens_total", "Draft tokens accepted (equal to the model's own sample).",
+         offsetof(eng_spec_stats, accepted)},
+        {"kiln_spec_emitted_tokens_total", "Tokens emitted by rows that verified drafts.",
+         offsetof(eng_spec_stats, emitted)},
+        {"kiln_spec_verifications_total", "Row verifications (a row with drafts in a step).",
+         offsetof(eng_spec_stats, rows)},
+    };
+    static const eng_spec_method methods[] = {ENG_SPEC_NGRAM, ENG_SPEC_DRAFT};
+    for (size_t i = 0; i < sizeof series / sizeof *series; i++) {
+        rc |= put(b, "# HELP %s %s\n# TYPE %s counter\n", series[i].name, series[i].help,
+                  series[i].name);
+        for (size_t m = 0; m < sizeof methods / sizeof *methods; m++) {
+            uint64_t v;
+            memcpy(&v, (const char *)&st->spec_by[methods[m]] + series[i].off, sizeof v);
+            rc |= put(b, "%s{method=\"%s\"} %" PRIu64 "\n", series[i].name,
+                      eng_spec_method_name(methods[m]), v);
+        }
+    }
     rc |= put_counter(b, "kiln_spec_declined_total", "Drafts the step cost rule declined.",
                       sp->skipped_cost);
     rc |= put_gauge(b, "kiln_spec_acceptance_ratio", "Accepted / drafted tokens.",

@@ -193,12 +193,16 @@ int srv_route_stats(srv_server *s, json_t **body)
         json_object_set_new(ej, "isa", json_string(st.isa ? st.isa : ""));
         json_object_set_new(ej, "matmul", json_string(st.matmul ? st.matmul : ""));
         /* constrained decoding (docs/structured-output.md) */
-        json_object_set_new(ej, "grammar",
-                            json_pack("{s:I, s:I, s:f, s:f, s:I}", "requests",
-                                      (json_int_t)st.grammar_requests, "masks",
-                                      (json_int_t)st.grammar.masks, "mask_s", st.grammar.mask_s,
-                                      "wait_s", st.grammar.wait_s, "budget_redraws",
-                                      (json_int_t)st.grammar.budget_redraws));
+        gr_cache_stats gc = gr_cache_get_stats(s->gcache);
+        json_object_set_new(
+            ej, "grammar",
+            json_pack("{s:I, s:I, s:f, s:f, s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "requests",
+                      (json_int_t)st.grammar_requests, "masks", (json_int_t)st.grammar.masks,
+                      "mask_s", st.grammar.mask_s, "wait_s", st.grammar.wait_s, "budget_redraws",
+                      (json_int_t)st.grammar.budget_redraws, "cache", "entries",
+                      (json_int_t)gc.entries, "bytes", (json_int_t)gc.bytes, "max_bytes",
+                      (json_int_t)gc.max_bytes, "hits", (json_int_t)gc.hits, "misses",
+                      (json_int_t)gc.misses, "evictions", (json_int_t)gc.evictions));
         /* rows of logits with NaN entries (never sampled, docs/engine.md Sampling) */
         json_object_set_new(ej, "nan_logit_rows", json_integer((json_int_t)st.nan_logit_rows));
         /* speculative decoding (docs/speculative.md) */
@@ -216,11 +220,24 @@ int srv_route_stats(srv_server *s, json_t **body)
                       sp->rows ? (double)sp->accepted / (double)sp->rows : 0.0, "draft_s",
                       sp->draft_s, "verify_s", sp->verify_s));
         json_t *spj = json_object_get(ej, "speculative");
+        json_t *bym = spj ? json_object() : NULL;
+        static const eng_spec_method ms[] = {ENG_SPEC_NGRAM, ENG_SPEC_DRAFT};
+        for (size_t m = 0; bym && m < sizeof ms / sizeof *ms; m++) {
+            const eng_spec_stats *b = &st.spec_by[ms[m]];
+            json_object_set_new(
+                bym, eng_spec_method_name(ms[m]),
+                json_pack("{s:I, s:I, s:I, s:I, s:I, s:f}", "verifications", (json_int_t)b->rows,
+                          "drafted", (json_int_t)b->drafted, "accepted", (json_int_t)b->accepted,
+                          "emitted", (json_int_t)b->emitted, "declined_by_cost",
+                          (json_int_t)b->skipped_cost, "acceptance_rate",
+                          b->drafted ? (double)b->accepted / (double)b->drafted : 0.0));
+        }
+        if (bym) json_object_set_new(spj, "by_method", bym); /* per-request methods mix */
         if (spj && st.draft_on) { /* the draft model: what it is, what it holds, what it ran */
             const eng_draft_info *di = &st.draft;
             json_object_set_new(
                 spj, "draft_model",
-                json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I}",
+                json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I}",
                           "dir", di->dir, "architecture", di->arch, "layers", (json_int_t)di->layers,
                           "hidden", (json_int_t)di->hidden, "weights_bytes",
                           (json_int_t)di->weights_bytes, "kv_bytes", (json_int_t)di->kv_bytes,
@@ -228,7 +245,8 @@ int srv_route_stats(srv_server *s, json_t **body)
                           "kv_blocks_active", (int)di->kv.n_active, "kv_blocks_cached",
                           (int)di->kv.n_cached, "forwards", (json_int_t)di->forwards,
                           "catchup_tokens", (json_int_t)di->catchup_tokens, "drafted",
-                          (json_int_t)di->drafted, "dropped_rows", (json_int_t)di->dropped_rows));
+                          (json_int_t)di->drafted, "dropped_rows", (json_int_t)di->dropped_rows,
+                          "deferred_rows", (json_int_t)di->deferred_rows));
         }
     }
     if (j) json_object_set_new(j, "connections", conns_json(s));

@@ -119,6 +119,13 @@ double plat_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double plat_thread_cpu(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)) return plat_now();
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int plat_is_dir(const char *path)
 {
     struct stat st;

@@ -92,6 +92,9 @@ test("/stats and /metrics count drafted, accepted and emitted tokens", async () 
   assert.equal(sp.max_draft, 4);
   assert.ok(sp.accepted > 0 && sp.drafted >= sp.accepted, JSON.stringify(sp));
   assert.equal(sp.emitted, sp.accepted + sp.verifications);
+  // every row of this server drafted with its method: the by-method counters are the totals
+  assert.equal(sp.by_method[METHOD].accepted, sp.accepted, JSON.stringify(sp.by_method));
+  assert.equal(sp.by_method[METHOD].drafted, sp.drafted);
   assert.ok(sp.acceptance_rate > 0 && sp.acceptance_rate <= 1);
   const m = await (await fetch(`${SPEC}/metrics`)).text();
   const acc = Number(new RegExp(`kiln_spec_accepted_tokens_total\\{method="${METHOD}"\\} (\\d+)`).exec(m)[1]);

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -216,7 +217,21 @@ def test_errors(url):
           r["error"]["param"] == "response_format", r)
     st, r = chat(url, {"type": "string", "minLength": 99999, "maxLength": 100000})
     check("over the compile limit: 400 naming the field", st == 400 and r["error"]["param"] == "response_format" and
-          ("too large" in r["error"]["message"] or "took more" in r["error"]["message"]), r)
+          "grammar compile exceeded" in r["error"]["message"], r)
+    # thousands of object copies: ~12 s of CPU to compile without a limit; the
+    # default --grammar-compile-ms 500 (thread CPU time) stops it
+    blow = {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"},
+            "b": {"type": "string", "maxLength": 20}}, "required": ["a", "b"]}, "minItems": 3000, "maxItems": 6000}
+    t0 = time.time()
+    st, r = chat(url, blow)
+    dt = time.time() - t0
+    check(f"a schema built to blow up: 400 'grammar compile exceeded 500 ms' ({dt:.1f} s)",
+          st == 400 and "grammar compile exceeded 500 ms" in r["error"]["message"] and
+          r["error"]["param"] == "response_format" and dt < 30, r)
+    st, r = post(url, "/v1/completions", {"prompt": "x", "max_tokens": 4,
+                                          "grammar": 'root ::= ("a" | "b")* "a" ("a" | "b"){18}'})
+    check("a GBNF grammar over the limits: 400 naming 'grammar'", st == 400 and r["error"]["param"] == "grammar" and
+          "grammar compile exceeded" in r["error"]["message"], r)
     st, r = post(url, "/v1/completions", {"prompt": "x", "grammar": "root ::= foo", "max_tokens": 4})
     check("bad GBNF: 400 naming the rule", st == 400 and r["error"]["param"] == "grammar" and "foo" in r["error"]["message"], r)
     st, r = post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "grammar": "root ::= \"a\"",
@@ -225,6 +240,35 @@ def test_errors(url):
     st, r = post(url, "/v1/responses", {"input": "x", "max_output_tokens": 4,
                                         "text": {"format": {"type": "json_schema", "name": "p", "schema": {"type": "object", "if": {}}}}})
     check("responses: the error names 'text'", st == 400 and r["error"]["param"] == "text", r)
+
+
+def get_json(url, path):
+    with urllib.request.urlopen(url + path, timeout=60) as r:
+        return json.loads(r.read().decode())
+
+
+def test_cache(url):
+    """The compile cache: an identical request compiles nothing and writes the
+    same output; another option (strict) is another entry."""
+    def cache():
+        return get_json(url, "/stats")["engine"]["grammar"]["cache"]
+    s = dict(SCHEMAS[0], title="cache-test")  # an annotation: a key no other check uses
+    c0 = cache()
+    st1, r1 = chat(url, s, seed=5)
+    c1 = cache()
+    st2, r2 = chat(url, s, seed=5)
+    c2 = cache()
+    check("cache: the first request compiles (one miss, one new entry)",
+          st1 == 200 and c1["misses"] == c0["misses"] + 1 and c1["hits"] == c0["hits"] and
+          c1["entries"] == c0["entries"] + 1 and 0 < c1["bytes"] <= c1["max_bytes"], (c0, c1))
+    check("cache: the identical second request compiles zero times (one hit)",
+          st2 == 200 and c2["misses"] == c1["misses"] and c2["hits"] == c1["hits"] + 1, (c1, c2))
+    t1 = r1["choices"][0]["message"]["content"] if st1 == 200 else None
+    t2 = r2["choices"][0]["message"]["content"] if st2 == 200 else None
+    check("cache: identical output, valid", t1 is not None and t1 == t2 and validate(s, t2) is None, (t1, t2))
+    st3, _ = chat(url, s, strict=True, seed=5)
+    c3 = cache()
+    check("cache: strict is another entry (a miss)", st3 == 200 and c3["misses"] == c2["misses"] + 1, (c2, c3))
 
 
 def test_thinking(url):
@@ -319,6 +363,7 @@ def main():
     test_completions_json_schema(chat_url)
     test_responses(chat_url)
     test_errors(chat_url)
+    test_cache(chat_url)
     if think:
         test_thinking(think)
     if tools:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_serve_ssd_crash.sh — crashes and the SSD tier:
-#   resume: kill -9 at ~60% of a 300-token generation (seeded, greedy,
-#   unseeded, speculative with n-grams and with a draft model, two batched rows), retry the
-#   identical request: identical text
+#   resume: kill -9 after 150 chunks of a 600-token generation (seeded, greedy,
+#   unseeded, speculative with n-grams and with a draft model, constrained by a
+#   grammar, two batched rows), retry the identical request: identical text
 #   (seeded/greedy), usage.resumed_tokens > 0, checkpoint removed at the end;
 #   crash loop: kill -9 during write-behind and checkpoint writes, N times;
 #   afterwards nothing is quarantined (atomic writes), the cache still works,
@@ -23,15 +23,32 @@ n_ckpt() { ls "$DIR" | grep -c '^ck-'; }
 
 # resume NAME EXTRA_JSON COMPARE: reference run, killed run, retried run
 resume() {
-  local name=$1 extra=$2 compare=$3 refextra=${4:-$2} n=${RESUME_TOKENS:-300}
+  local name=$1 extra=$2 compare=$3 refextra=${4:-$2} n=${RESUME_TOKENS:-600}
   serve S || return 1
   local ref=""
   if [ "$compare" = same ]; then ref=$($PY "$REQ" "$S_URL" -5 "$n" "$refextra"); fi
-  local killed; killed=$($PY "$KILL" "$S_URL" "$S_PID" 150 5 "$n" "$extra")
+  # the kill waits (generation going on) until the checkpoint file is on disk:
+  # on a loaded machine the writer may lag behind the 150th chunk. So that the
+  # file it sees is this request's, the reference run's checkpoint (removed
+  # when it completed, by the writer) must be gone first.
+  curl -s -X POST "$S_URL/admin/cache/flush" >/dev/null
+  for _ in $(seq 300); do [ "$(n_ckpt)" = 0 ] && break; sleep 0.1; done
+  local killed; killed=$(KILN_KILL_SETTLE_CKPT=1 KILN_KILL_SETTLE_DIR="$DIR" $PY "$KILL" "$S_URL" "$S_PID" 150 5 "$n" "$extra")
   wait "$S_PID" 2>/dev/null
-  check "$name: killed mid-generation ($(j "$killed" "['chunks']") chunks), a checkpoint is on disk" [ "$(n_ckpt)" = 1 ]
+  local nk; nk=$(n_ckpt)
+  check "$name: killed mid-generation ($(j "$killed" "['chunks']") chunks), a checkpoint is on disk ($nk)" [ "$nk" = 1 ]
   serve S || return 1
+  if [ -n "${OTHER:-}" ]; then # the same prompt under another grammar: never resumes this one
+    local other; other=$($PY "$REQ" "$S_URL" -5 "$n" "$OTHER")
+    check "$name: another grammar does not resume it ($(j "$other" "['resumed']") tokens)" [ "$(j "$other" "['resumed']")" = 0 ]
+    check "$name: ... and follows its own grammar" \
+      $PY -c "import json,re,sys; sys.exit(0 if re.fullmatch(sys.argv[2], json.loads(sys.argv[1])['text']) else 1)" "$other" "$OTHER_RE"
+  fi
   local again; again=$($PY "$REQ" "$S_URL" -5 "$n" "$extra")
+  if [ -n "${CHECK_RE:-}" ]; then
+    check "$name: the resumed output follows the grammar" \
+      $PY -c "import json,re,sys; sys.exit(0 if re.fullmatch(sys.argv[2], json.loads(sys.argv[1])['text']) else 1)" "$again" "$CHECK_RE"
+  fi
   check "$name: the retry resumed ($(j "$again" "['resumed']") tokens)" [ "$(j "$again" "['resumed']")" -gt 0 ]
   if [ "$compare" = same ]; then
     check "$name: identical to an uninterrupted run" [ "$(j "$ref" "['text']")" = "$(j "$again" "['text']")" ]
@@ -57,6 +74,14 @@ HALF=$(e2e_small_drafter) || e2e_skip "cannot make the 2-layer drafter"
 SERVE_EXTRA="--draft-model $HALF --spec-fixed" resume draft-model \
   '{"temperature":0.8,"seed":44,"ignore_eos":true,"speculative":"draft"}' same \
   '{"temperature":0.8,"seed":44,"ignore_eos":true,"speculative":"off"}'
+
+# constrained (docs/structured-output.md): the retry rebuilds the parse state by
+# replaying the checkpoint's tokens through the grammar and goes on under it,
+# identical to an uninterrupted run; the checkpoint key holds the grammar's
+# fingerprint, so the same prompt under another grammar starts afresh
+CHECK_RE='[a-z ,.]+' OTHER='{"temperature":0.8,"seed":44,"ignore_eos":true,"grammar":"root ::= [0-9 ]+"}' \
+  OTHER_RE='[0-9 ]+' \
+  resume constrained '{"temperature":0.8,"seed":44,"ignore_eos":true,"grammar":"root ::= [a-z ,.]+"}' same
 
 # two batched rows, both killed, both resumed independently: B is long (3000
 # tokens) and running before A starts, so it is mid-generation when A's kill

@@ -296,6 +296,10 @@ static void check_identity(eng_engine *e, eng_params *ps, int n, collected *alon
     ASSERT_EQ_I64(st.draft.kv.n_active, 0); /* every draft sequence freed */
     ASSERT_EQ_I64(kv_pool_check(eng_draft_runtime(draft)->kv), 0);
     ASSERT_EQ_U64(st.spec.emitted, st.spec.accepted + st.spec.rows);
+    /* only draft-model rows drafted: the by-method counters are the totals */
+    ASSERT_EQ_U64(st.spec_by[ENG_SPEC_DRAFT].accepted, st.spec.accepted);
+    ASSERT_EQ_U64(st.spec_by[ENG_SPEC_DRAFT].drafted, st.spec.drafted);
+    ASSERT_EQ_U64(st.spec_by[ENG_SPEC_NGRAM].drafted, 0);
     ASSERT_TRUE(st.draft.forwards > 0 && st.draft.drafted >= st.spec.drafted);
     fprintf(stderr, "  drafted %llu accepted %llu rows %llu draft forwards %llu catch-up %llu\n",
             (unsigned long long)st.spec.drafted, (unsigned long long)st.spec.accepted,
@@ -337,6 +341,11 @@ static void test_identity_self_draft(void)
             ASSERT_TRUE(alone[0].accepted >= 40); /* greedy: everything but the last steps */
             ASSERT_EQ_I64(alone[0].rejected, 0);
             ASSERT_EQ_I64(alone[7].rejected, 0);
+            /* the constrained greedy row drafts under its grammar's mask: the
+             * target's own masked argmax, every time */
+            ASSERT_TRUE(alone[8].accepted >= 30);
+            ASSERT_EQ_I64(alone[8].rejected, 0);
+            ASSERT_TRUE(alone[9].accepted + alone[9].rejected > 0); /* the JSON Schema row drafts */
         }
         gr_grammar_release(g1);
         gr_grammar_release(g2);
@@ -360,6 +369,7 @@ static void test_identity_other_draft(void)
     check_identity(e, ps, 10, alone);
     eng_stats st = eng_get_stats(e);
     ASSERT_TRUE(st.spec.drafted > st.spec.accepted); /* it does not know the target's answers */
+    ASSERT_TRUE(alone[8].accepted > 0); /* under the grammar's mask it often agrees */
     gr_grammar_release(g1);
     gr_grammar_release(g2);
     stop_all(e);
@@ -385,6 +395,35 @@ static void test_identity_quantized_kv(void)
     check_identity(e, ps, 8, alone);
     ASSERT_TRUE(alone[0].accepted >= 40);
     ASSERT_EQ_I64(alone[0].rejected, 0);
+    stop_all(e);
+}
+
+/* A prompt longer than the step's chunk (300 tokens, 64 a step): the draft
+ * sequence catches up one chunk per step (deferred, no draft meanwhile), then
+ * drafts; the output equals drafting off. */
+static void test_long_prompt_catch_up_is_chunked(void)
+{
+    ASSERT_TRUE(make_models() == 0);
+    eng_engine *e = start(target_dir, 0);
+    ASSERT_TRUE(e != NULL);
+    static int32_t longp[300];
+    for (int32_t i = 0; i < 300; i++)
+        longp[i] = 3 + (i * 53) % 29;
+    eng_params p = eng_params_default();
+    p.prompt = longp;
+    p.n_prompt = 300;
+    p.max_tokens = 40;
+    p.ignore_eos = true;
+    p.want_logprobs = true;
+    collected ref, got;
+    p.spec = ENG_SPEC_OFF;
+    run_all(e, &p, 1, 0, &ref);
+    p.spec = ENG_SPEC_DRAFT;
+    run_all(e, &p, 1, 0, &got);
+    ASSERT_TRUE(same(&ref, &got));
+    eng_stats st = eng_get_stats(e);
+    ASSERT_EQ_U64(st.draft.deferred_rows, 4); /* 64 + 64 + 64 + 64 + the last 44 with a draft */
+    ASSERT_TRUE(got.accepted >= 25 && got.rejected == 0);
     stop_all(e);
 }
 
@@ -479,6 +518,7 @@ int main(void)
     RUN(test_identity_self_draft);
     RUN(test_identity_other_draft);
     RUN(test_identity_quantized_kv);
+    RUN(test_long_prompt_catch_up_is_chunked);
     RUN(test_pool_counts_equal_a_plain_run);
     RUN(test_budget_counts_the_draft_model);
     return TEST_DONE();
