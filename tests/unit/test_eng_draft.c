@@ -304,7 +304,9 @@ static void check_identity(eng_engine *e, eng_params *ps, int n, collected *alon
     ASSERT_EQ_U64(st.spec_by[ENG_SPEC_DRAFT].accepted, st.spec.accepted);
     ASSERT_EQ_U64(st.spec_by[ENG_SPEC_DRAFT].drafted, st.spec.drafted);
     ASSERT_EQ_U64(st.spec_by[ENG_SPEC_NGRAM].drafted, 0);
-    ASSERT_TRUE(st.draft.forwards > 0 && st.draft.drafted >= st.spec.drafted);
+    /* (with the adaptive rules a slow machine may decline every draft) */
+    ASSERT_TRUE(st.draft.drafted >= st.spec.drafted);
+    ASSERT_TRUE(st.spec.drafted == 0 || st.draft.forwards > 0);
     fprintf(stderr, "  drafted %llu accepted %llu rows %llu draft forwards %llu catch-up %llu\n",
             (unsigned long long)st.spec.drafted, (unsigned long long)st.spec.accepted,
             (unsigned long long)st.spec.rows, (unsigned long long)st.draft.forwards,
