@@ -1031,6 +1031,10 @@ kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
     if (s->model_dir) {
         kiln_err e2;
         kiln_code rc = srv_chat_load(s->model_dir, &s->chat, &e2);
+        /* a render holds its prompt text and its values: each bounded by the
+         * request memory cap, as a body and its parsed JSON are */
+        if (rc == KILN_OK)
+            srv_chat_set_limits(s->chat, s->cfg.request_memory, s->cfg.request_memory);
         if (rc == KILN_E_NOT_FOUND) {
             KLOG_INFO("srv", "model has no chat template: /v1/chat/completions answers 400");
         } else if (rc) {
