@@ -950,6 +950,7 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
     s->api_key = c->api_key && c->api_key[0] ? strdup(c->api_key) : NULL;
     s->metrics = srv_metrics_new();
     s->t_start = plat_now();
+    s->t_created = time(NULL);
     if (srv_rstore_create(c->responses_ttl_s, c->responses_store_bytes, &s->rstore, err) ||
         (c->grammar_cache_bytes && gr_cache_create(c->grammar_cache_bytes, &s->gcache, err))) {
         srv_stop(s);

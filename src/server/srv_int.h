@@ -5,6 +5,7 @@
 #define KILN_SRV_INT_H
 
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -44,6 +45,7 @@ struct srv_server {
     _Atomic int stopping;         /* set by srv_quiesce: new requests get 503 */
     _Atomic uint64_t next_id;     /* request ids and unseeded RNG seeds */
     double t_start;
+    time_t t_created; /* wall clock at start: every /v1/models entry's "created" */
     pthread_mutex_t mu;           /* guards active list */
     pthread_cond_t cv;            /* signalled when a gen leaves the list */
     srv_gen *active;              /* generations in flight (srv_gen.c) */

@@ -30,7 +30,7 @@ static int fail_err(json_t **body, const kiln_err *err, const char *param)
 
 int srv_route_models(srv_server *s, json_t **body)
 {
-    time_t created = time(NULL) - (time_t)(plat_now() - s->t_start);
+    time_t created = s->t_created; /* one value: list and retrieve agree to the second */
     *body = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
                       s->model_id, "object", "model", "created", (json_int_t)created, "owned_by",
                       "kiln", "max_model_len", (int)s->cfg.ctx);
