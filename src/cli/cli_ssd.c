@@ -9,6 +9,7 @@
  *   KILN_SSD_FAIL_FILE       test hook: while this file exists, writes fail like ENOSPC
  */
 #include "cli/cli_ssd.h"
+#include "cli/cli_progress.h"
 #include "util/plat.h"
 
 #include <stdio.h>
@@ -27,11 +28,48 @@ static uint64_t tokenizer_fp(const char *model_dir)
     return h;
 }
 
+/* The start-up scan's progress, shown as weight reading's is (cli_progress: a
+ * bar on a terminal, a line every 5 s otherwise) but only when it is worth it:
+ * a folder of SCAN_SHOW_ENTRIES entries or more (about 0.2 s of scan on a
+ * quiet SSD), or a scan still running after SCAN_SHOW_AFTER_S (a slow disk). */
+#define SCAN_SHOW_ENTRIES 10000
+#define SCAN_SHOW_AFTER_S 1.0
+
+typedef struct {
+    cli_progress p;
+    char label[96];
+    double t0;
+    uint64_t done; /* the last count reported */
+    int state;     /* 0 not shown, 1 shown, 2 ended */
+} scan_view;
+
+static void scan_progress(void *user, uint64_t done, uint64_t total)
+{
+    scan_view *v = user;
+    v->done = done;
+    if (v->state == 2) return;
+    if (v->state == 0) {
+        if (total < SCAN_SHOW_ENTRIES && plat_now() - v->t0 < SCAN_SHOW_AFTER_S) return;
+        cli_progress_begin(&v->p, v->label, total, 0);
+        v->state = 1;
+    }
+    if (done >= total) {
+        cli_progress_end(&v->p, done);
+        v->state = 2;
+    } else {
+        cli_progress_cb(&v->p, done, total);
+    }
+}
+
 kiln_code cli_ssd_open(const char *dir, double max_gib, const char *model_dir,
                        const eng_runtime *rt, bool ckpt, kv_ssd **out, kiln_err *err)
 {
     kv_ssd_config c = kv_ssd_config_default();
     c.dir = dir;
+    scan_view view = {.t0 = plat_now()};
+    snprintf(view.label, sizeof view.label, "indexing --ssd-cache");
+    c.scan_progress = scan_progress;
+    c.scan_progress_user = &view;
     uint64_t fp = mdl_fingerprint(rt->model);
     c.id = (kv_ssd_ident){.model_fp = fp,
                           .kv_format = rt->ns ^ fp, /* ns = fingerprint ^ KV format */
@@ -50,5 +88,7 @@ kiln_code cli_ssd_open(const char *dir, double max_gib, const char *model_dir,
     const char *mf = getenv("KILN_SSD_MIN_FREE_MB");
     if (mf && atof(mf) > 0) c.min_free_bytes = (uint64_t)(atof(mf) * 1048576.0);
     c.ckpt_reserve = ckpt;
-    return kv_ssd_open(&c, out, err);
+    kiln_code rc = kv_ssd_open(&c, out, err);
+    if (view.state == 1) cli_progress_end(&view.p, view.done); /* a failed scan's bar */
+    return rc;
 }

@@ -229,29 +229,6 @@ static int32_t argmax(const float *row, int64_t n)
     return best;
 }
 
-/* A constrained row's draft: the best of the top candidates its check allows
- * after the drafts so far (out[0..n)); -1 when none. */
-static int32_t best_allowed(const float *row, int64_t vocab, eng_draft_job *j)
-{
-    int32_t top[ENG_DRAFT_CANDIDATES];
-    int nt = 0;
-    for (int64_t i = 0; i < vocab; i++) { /* insertion into the top list, best first */
-        if (isnan(row[i])) continue;
-        if (nt == ENG_DRAFT_CANDIDATES && !(row[i] > row[top[nt - 1]])) continue;
-        int p = nt < ENG_DRAFT_CANDIDATES ? nt++ : nt - 1;
-        while (p > 0 && row[i] > row[top[p - 1]]) {
-            top[p] = top[p - 1];
-            p--;
-        }
-        top[p] = (int32_t)i;
-    }
-    for (int c = 0; c < nt; c++) {
-        j->out[j->n_out] = top[c];
-        if (j->allow(j->allow_user, j->out, j->n_out + 1) == j->n_out + 1) return top[c];
-    }
-    return -1;
-}
-
 kiln_code eng_draft_run(eng_draft *d, eng_draft_job *jobs, int32_t n, kiln_err *err)
 {
     eng_runtime *rt = d->rt;
@@ -322,7 +299,9 @@ kiln_code eng_draft_run(eng_draft *d, eng_draft_job *jobs, int32_t n, kiln_err *
             }
             eng_draft_job *j = &jobs[d->job_of[k]];
             const float *lg = rt->logits + (size_t)row * (size_t)vocab;
-            int32_t t = j->allow ? best_allowed(lg, vocab, j) : argmax(lg, vocab);
+            int32_t t = j->pick ? j->pick(j->pick_user, rt->logits + (size_t)row * (size_t)vocab,
+                                          vocab, j->out, j->n_out)
+                                : argmax(lg, vocab);
             row += d->items[k].n_logits;
             if (t < 0) { /* no finite logit, or nothing the row allows: no more drafts */
                 state[d->job_of[k]] = DONE;

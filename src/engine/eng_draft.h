@@ -52,15 +52,12 @@ typedef struct {
     int32_t k;            /* draft tokens wanted (0..ENG_SPEC_MAX_DRAFT) */
     int32_t *out;         /* OUT [k] */
     int32_t n_out;        /* OUT: tokens drafted (0 when the draft pool could not hold the row) */
-    /* optional (a constrained row): the longest prefix of drafts[0..n) the row
-     * may verify. Each draft is then the best of the draft model's top
-     * ENG_DRAFT_CANDIDATES that keeps the whole draft allowed (drafting stops
-     * when none does); NULL = the argmax, unchecked */
-    int32_t (*allow)(void *user, const int32_t *drafts, int32_t n);
-    void *allow_user;
+    /* optional (a constrained row): picks draft n from the draft model's logits
+     * (writable) after drafts[0..n), called for n = 0, 1, ... in order; -1
+     * ends the row's draft. NULL = the argmax */
+    int32_t (*pick)(void *user, float *logits, int64_t vocab, const int32_t *drafts, int32_t n);
+    void *pick_user;
 } eng_draft_job;
-
-#define ENG_DRAFT_CANDIDATES 8
 
 typedef struct {
     char dir[512];          /* the draft model's folder */

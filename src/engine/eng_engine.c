@@ -85,6 +85,14 @@ struct eng_handle {
     double *pool;          /* OWNED [hidden]: embedding accumulator (p.pooling), engine thread */
 };
 
+/* draft_pick's context: a constrained row and its history */
+typedef struct eng_draft_pick {
+    eng_handle *h;
+    const int32_t *hist; /* BORROWED: the row's tokens */
+    int32_t n_hist;
+    void *scratch;       /* BORROWED: the sampler's scratch */
+} eng_draft_pick;
+
 struct eng_engine {
     eng_runtime *rt;           /* BORROWED */
     const tok_tokenizer *tok;  /* BORROWED */
@@ -124,6 +132,7 @@ struct eng_engine {
     eng_draft_job *djobs;      /* OWNED [max_seqs] with a draft model: this step's draft jobs */
     int32_t *dbuf;             /* OWNED [max_seqs x ENG_SPEC_MAX_DRAFT]: their tokens */
     int32_t *djob_item;        /* OWNED [max_seqs]: the step item of each job */
+    struct eng_draft_pick *dpick; /* OWNED [max_seqs]: draft_pick's context per job */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -186,6 +195,7 @@ static void handle_free(eng_handle *h)
     free(h->ends);
     eng_gstate_free(h->gs);
     gr_grammar_release(h->p.grammar);
+    mdl_lora_set_release(&h->p.lora);
     free(h->hold);
     free(h->pool);
     pthread_mutex_destroy(&h->mu);
@@ -286,6 +296,7 @@ static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
 {
     h->p = *p;
     h->p.grammar = NULL; /* set once retained, below */
+    h->p.lora.n = 0;     /* likewise */
     h->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
     if (!h->prompt) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
     memcpy(h->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
@@ -315,6 +326,9 @@ static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
     h->p.grammar_triggers = h->gtrig;
     if (p->grammar) gr_grammar_retain(p->grammar); /* released in handle_free */
     h->p.grammar = p->grammar;
+    /* the adapters too: a server may unload one while this request runs on it */
+    mdl_lora_set_retain(&p->lora);
+    h->p.lora = p->lora;
     return KILN_OK;
 }
 
@@ -944,11 +958,25 @@ static int32_t spec_take(eng_engine *e, int32_t k, const int32_t *buf, int32_t d
     return d;
 }
 
-/* eng_draft_job.allow for a constrained row: what its grammar lets it verify. */
-static int32_t draft_allow(void *user, const int32_t *drafts, int32_t n)
+/* eng_draft_job.pick for a constrained row: the draft model's argmax under the
+ * grammar's mask of the state after the drafts so far (pushed one by one; the
+ * caller unwinds them after the run), so its drafts are sentences the row may
+ * verify. */
+static int32_t draft_pick(void *user, float *logits, int64_t vocab, const int32_t *drafts, int32_t n)
 {
-    eng_handle *h = user;
-    return eng_gstate_draft_prefix(h->gs, drafts, n, h->ends, h->n_ends);
+    eng_draft_pick *dp = user;
+    eng_handle *h = dp->h;
+    kiln_err err;
+    if (n > 0 && eng_gstate_push(h->gs, drafts[n - 1], &err) != KILN_OK) return -1;
+    eng_sampling greedy = eng_sampling_default();
+    greedy.temperature = 0;
+    eng_rng rng;
+    eng_rng_seed(&rng, 0); /* greedy: never drawn */
+    eng_sample_out so;
+    int32_t left = h->p.max_tokens - h->n_generated - n;
+    int32_t t = eng_gstate_sample(h->gs, &greedy, logits, vocab, dp->hist, dp->n_hist, h->ends,
+                                  h->n_ends, left, &rng, dp->scratch, &so, &err);
+    return t < 0 ? -1 : t;
 }
 
 static void spec_plan(eng_engine *e, int32_t n)
@@ -992,7 +1020,10 @@ static void spec_plan(eng_engine *e, int32_t n)
             }
             e->djobs[nj] = (eng_draft_job){.seq = &h->dseq, .toks = s->tokens, .n_toks = n0,
                                            .k = kmax, .out = e->dbuf + (size_t)nj * ENG_SPEC_MAX_DRAFT,
-                                           .allow = h->gs ? draft_allow : NULL, .allow_user = h};
+                                           .pick = h->gs ? draft_pick : NULL,
+                                           .pick_user = &e->dpick[nj]};
+            e->dpick[nj] = (eng_draft_pick){.h = h, .hist = s->tokens, .n_hist = n0,
+                                            .scratch = e->rt->sample_scratch};
             e->djob_item[nj++] = k;
             if (kmax > dlong) dlong = kmax;
             T += kmax; /* held for it: the drafts come back at most this long */
@@ -1032,6 +1063,7 @@ static void spec_plan(eng_engine *e, int32_t n)
         for (int32_t i = 0; i < nj; i++) {
             eng_draft_job *j = &e->djobs[i];
             eng_handle *h = e->owners[e->djob_item[i]];
+            if (h->gs) eng_gstate_unwind(h->gs); /* draft_pick's pushes */
             int32_t d = j->n_out;
             if (d > 0 && h->gs) d = eng_gstate_draft_prefix(h->gs, j->out, d, h->ends, h->n_ends);
             if (d > 0) d = spec_take(e, e->djob_item[i], j->out, d);
@@ -1530,7 +1562,8 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
         e->djobs = calloc(ms, sizeof *e->djobs);
         e->dbuf = calloc(ms * ENG_SPEC_MAX_DRAFT, sizeof *e->dbuf);
         e->djob_item = calloc(ms, sizeof *e->djob_item);
-        if (!e->djobs || !e->dbuf || !e->djob_item) {
+        e->dpick = calloc(ms, sizeof *e->dpick);
+        if (!e->djobs || !e->dbuf || !e->djob_item || !e->dpick) {
             eng_engine_stop(e);
             return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
         }
@@ -1611,6 +1644,7 @@ void eng_engine_stop(eng_engine *e)
     free(e->djobs);
     free(e->dbuf);
     free(e->djob_item);
+    free(e->dpick);
     eng_gmask_destroy(e->gm);
     free(e->hidden);
     free(e);

@@ -81,7 +81,16 @@ typedef struct {
     int64_t fail_after;      /* test hook: writes after this many fail like ENOSPC; < 0 off */
     const char *fail_file;   /* test hook: while this file exists, writes fail like ENOSPC
                                 (BORROWED during kv_ssd_open); NULL off */
+    /* The start-up scan's progress, on the thread calling kv_ssd_open: done of
+     * total names that look like entries (total counted by a readdir pass
+     * first, so it is known from the first call; done never passes it), every
+     * KV_SSD_SCAN_PROGRESS_EVERY names and once at the end with done == total.
+     * NULL: none. The caller decides whether it is worth showing. */
+    void (*scan_progress)(void *user, uint64_t done, uint64_t total);
+    void *scan_progress_user;
 } kv_ssd_config;
+
+#define KV_SSD_SCAN_PROGRESS_EVERY 256
 
 typedef struct {
     uint64_t entries, bytes;           /* on disk (both kinds) */

@@ -70,10 +70,10 @@ size_t mdl_scratch_bytes(const mdl_plan *p, int n_threads, int32_t max_tokens, i
     if (attn_floats) *attn_floats = af;
     size_t max_blocks = (size_t)max_ctx + 1; /* pointer tables: at most one block per position */
     return sizeof(float) * (step_floats(p, max_tokens) + (size_t)n_threads * (size_t)af) +
-           sizeof(int32_t) * (2 * (size_t)max_tokens + (size_t)max_seqs + 1) +
+           sizeof(int32_t) * (4 * (size_t)max_tokens + (size_t)max_seqs + 2) + /* + LoRA tiles */
            mdl_moe_scratch_bytes(p, max_tokens) + mdl_pli_scratch_bytes(p, n_threads, max_tokens) +
            (sizeof(kn_attn_args) + 2 * sizeof(void *) * max_blocks) * (size_t)max_seqs +
-           64 * (18 + MDL_MAX_ROPES + 2 * (size_t)max_seqs); /* 64-byte alignment of arrays */
+           64 * (20 + MDL_MAX_ROPES + 2 * (size_t)max_seqs); /* 64-byte alignment of arrays */
 }
 
 kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens, int32_t max_seqs,
@@ -254,6 +254,7 @@ static kiln_code step_alloc(mdl_step *s, kiln_err *err)
     kiln_code rc = mdl_attn_alloc(s, a, err);
     if (!rc) rc = mdl_moe_alloc(s, a, err);
     if (!rc) rc = mdl_pli_alloc(s, a, err);
+    if (!rc) rc = mdl_lora_plan(s, a, err);
     return rc;
 }
 

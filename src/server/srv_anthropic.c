@@ -72,6 +72,13 @@ static kiln_code rewrite_blocks(const char *role, json_t *content, json_t *msgs,
                 rc = bad(err, param, "messages", "tool_use blocks need a string 'name'");
                 break;
             }
+            if (input && !json_is_object(input) && !json_is_null(input)) {
+                /* the arguments of a call are an object; an array or a number
+                 * would reach the template as something no tool takes */
+                rc = bad(err, param, "messages", "tool_use blocks need an object 'input'");
+                break;
+            }
+            if (json_is_null(input)) input = NULL;
             json_array_append_new(calls, json_pack("{s:o, s:s, s:{s:O, s:o}}", "id", id ? json_incref(id) : json_string(""),
                                                    "type", "function", "function", "name", name,
                                                    "arguments", input ? json_incref(input) : json_object()));

@@ -3,8 +3,8 @@
  * Holds the model's default template and, when the model has one, its
  * "tool_use" variant, read once at start.
  * Threads: a loaded srv_chat is immutable; any HTTP thread may render with it.
- * Errors: template failures (raise_exception, syntax) are KILN_E_INVALID, so
- * the client gets a 400 with the template's message.
+ * Errors: template failures (raise_exception, syntax, a render limit) are
+ * KILN_E_INVALID, so the client gets a 400 with the template's message.
  */
 #include "server/srv_chat.h"
 #include "template/tmpl.h"
@@ -15,6 +15,8 @@
 struct srv_chat {
     tmpl_chat_files base;  /* OWNED */
     tmpl_chat_files tools; /* OWNED; template_text NULL when no separate tool template */
+    size_t max_output;     /* render limits (srv_chat_set_limits); 0 = the template engine's */
+    size_t max_memory;
 };
 
 kiln_code srv_chat_load(const char *model_dir, srv_chat **out, kiln_err *err)
@@ -43,14 +45,38 @@ void srv_chat_free(srv_chat *c)
     free(c);
 }
 
-const char *srv_chat_template_text(const srv_chat *c, bool tools)
-{
-    return tools && c->tools.template_text ? c->tools.template_text : c->base.template_text;
-}
-
 static const char *special(const tmpl_chat_files *f, const char *key)
 {
     return json_string_value(json_object_get(f->special_tokens, key));
+}
+
+void srv_chat_set_limits(srv_chat *c, size_t max_output, size_t max_memory)
+{
+    c->max_output = max_output;
+    c->max_memory = max_memory;
+}
+
+/* The template compiled with c's limits, rendered over the chat context. */
+static kiln_code render(const srv_chat *c, const tmpl_chat_files *f, const srv_request *r,
+                        const json_t *vars, char **out, size_t *len, kiln_err *err)
+{
+    tmpl_value *ctx = NULL;
+    tmpl_template *t = NULL;
+    tmpl_options opt = tmpl_options_default();
+    opt.max_output = c->max_output;
+    opt.max_memory = c->max_memory;
+    kiln_code rc = tmpl_chat_context(r->messages, r->tools, vars, r->add_generation_prompt,
+                                     special(f, "bos_token"), special(f, "eos_token"), &ctx, err);
+    if (!rc) rc = tmpl_compile(f->template_text, strlen(f->template_text), &opt, &t, err);
+    if (!rc) rc = tmpl_render(t, ctx, out, len, err);
+    tmpl_free(t);
+    tmpl_value_free(ctx);
+    return rc;
+}
+
+const char *srv_chat_template_text(const srv_chat *c, bool tools)
+{
+    return tools && c->tools.template_text ? c->tools.template_text : c->base.template_text;
 }
 
 kiln_code srv_chat_tokenize(const tok_tokenizer *tok, const char *text, size_t len,
@@ -126,11 +152,15 @@ kiln_code srv_chat_prompt(const srv_chat *c, const tok_tokenizer *tok, const srv
         json_object_set_new(vars, "enable_thinking", json_boolean(default_thinking));
     char *out = NULL;
     size_t len = 0;
-    kiln_code rc = tmpl_render_chat(f->template_text, r->messages, r->tools, vars,
-                                    r->add_generation_prompt, special(f, "bos_token"),
-                                    special(f, "eos_token"), &out, &len, err);
+    kiln_code rc = render(c, f, r, vars, &out, &len, err);
     json_decref(vars);
-    if (rc) return kiln_err_prefix(err, "chat template: ");
+    if (rc) {
+        /* a template limit (recursion depth, loop iterations, output, memory) that
+         * this request's messages drove the template into: a 400 naming the limit,
+         * not a 413 about the body */
+        if (rc == KILN_E_TOO_LARGE) err->code = KILN_E_INVALID;
+        return kiln_err_prefix(err, "chat template: ");
+    }
     if (r->prefill && r->prefill[0]) {
         size_t pl = strlen(r->prefill);
         char *o2 = realloc(out, len + pl + 1);

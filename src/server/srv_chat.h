@@ -28,6 +28,11 @@ typedef struct srv_chat srv_chat;
  * (callers then refuse /v1/chat/completions); OWNED by the caller (srv_chat_free). */
 kiln_code srv_chat_load(const char *model_dir, srv_chat **out, kiln_err *err);
 void srv_chat_free(srv_chat *c); /* NULL is a no-op */
+/* Bounds every later render: at most max_output bytes of text and max_memory
+ * bytes of template values alive (0 = the template engine's defaults, 64 MiB
+ * and 512 MiB). Past either, srv_chat_prompt fails with KILN_E_INVALID naming
+ * the limit. Call before any render (not thread-safe against one). */
+void srv_chat_set_limits(srv_chat *c, size_t max_output, size_t max_memory);
 /* Renders r->messages (+ tools, template kwargs). default_thinking (-1 leave to
  * the template, 0 off, 1 on) sets enable_thinking unless the request did.
  * Tools with a template that never reads `tools` are KILN_E_INVALID. r->prefill,

@@ -37,6 +37,10 @@ static kiln_code set_schema(srv_request *r, const json_t *schema, bool strict, c
 {
     if (!json_is_object(schema) && !json_is_boolean(schema))
         return bad(err, param, field, "the JSON schema must be an object");
+    if (srv_json_check_depth(schema, false, "the JSON schema", err)) {
+        snprintf(param, 64, "%s", field);
+        return err->code;
+    }
     r->format = SRV_FMT_JSON_SCHEMA;
     r->schema = json_deep_copy(schema);
     r->schema_strict = strict;

@@ -142,6 +142,14 @@ static int has_nul_escape(const char *s, size_t n)
 kiln_code srv_json_parse(const char *body, size_t len, json_t **out, kiln_err *err)
 {
     json_error_t je;
+    *out = NULL;
+    /* jansson's parser recurses once per level (up to its own 2048): the bytes
+     * are scanned first, so a deep body costs a scan, not a deep parse */
+    if (kiln_json_text_depth(body ? body : "", len, SRV_JSON_MAX_DEPTH) > SRV_JSON_MAX_DEPTH)
+        return kiln_fail(err, KILN_E_INVALID,
+                         "the request body nests arrays/objects more than %d levels deep "
+                         "(kiln's limit for a request)",
+                         SRV_JSON_MAX_DEPTH);
     /* \u0000 is valid JSON (a client sends back model output that held a NUL
      * byte): accepted, and replaced (replace_nul) before anyone reads it */
     uint64_t f0 = kiln_json_failures(); /* jansson may carry on after a failed allocation */
@@ -178,4 +186,17 @@ kiln_code srv_json_parse_object(const char *body, size_t len, json_t **out, kiln
         return kiln_fail(err, KILN_E_INVALID, "the request body must be a JSON object");
     }
     return KILN_OK;
+}
+
+kiln_code srv_json_check_depth(const json_t *v, bool as_text, const char *what, kiln_err *err)
+{
+    int d =
+        as_text && json_is_string(v)
+            ? kiln_json_text_depth(json_string_value(v), json_string_length(v), SRV_VALUE_MAX_DEPTH)
+            : kiln_json_value_depth(v, SRV_VALUE_MAX_DEPTH);
+    if (d <= SRV_VALUE_MAX_DEPTH) return KILN_OK;
+    return kiln_fail(err, KILN_E_INVALID,
+                     "%s nests arrays/objects more than %d levels deep (kiln's limit for a JSON "
+                     "value inside a request)",
+                     what, SRV_VALUE_MAX_DEPTH);
 }

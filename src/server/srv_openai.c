@@ -369,6 +369,10 @@ static kiln_code parse_thinking(const json_t *root, srv_request *r, char *param,
     json_t *kw = field(root, "chat_template_kwargs");
     if (kw && !json_is_object(kw))
         return bad(err, param, "chat_template_kwargs", "'%s' must be an object, got %s", type_name(kw));
+    if (kw && srv_json_check_depth(kw, false, "'chat_template_kwargs'", err)) {
+        snprintf(param, 64, "chat_template_kwargs");
+        return err->code;
+    }
     r->template_kwargs = kw ? json_deep_copy(kw) : json_object();
     if (!r->template_kwargs) return kiln_fail(err, KILN_E_NOMEM, "out of memory");
     json_t *effort = field(root, "reasoning_effort");

@@ -5,6 +5,7 @@
  * or `messages`; KILN_E_NOMEM.
  */
 #include "server/srv_toolreq.h"
+#include "server/srv_json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,12 @@ static kiln_code check_tools(const json_t *tools, char *param, kiln_err *err)
         json_t *params = json_object_get(fn ? fn : t, "parameters");
         if (params && !json_is_object(params) && !json_is_null(params))
             return bad(err, param, "tools", "a tool's 'parameters' must be a JSON schema object");
+        char what[160];
+        snprintf(what, sizeof what, "the parameters schema of tool '%.64s'", n);
+        if (srv_json_check_depth(params, false, what, err)) {
+            snprintf(param, 64, "tools");
+            return err->code;
+        }
     }
     return KILN_OK;
 }
@@ -103,7 +110,7 @@ static json_t *norm_call(const json_t *call)
         json_t *o = json_loads(json_string_value(a), 0, NULL);
         if (json_is_object(o)) json_object_set_new(fn, "arguments", o);
         else json_decref(o);
-    } else if (fn && !a) {
+    } else if (fn && (!a || json_is_null(a))) { /* none: no arguments */
         json_object_set_new(fn, "arguments", json_object());
     }
     return c;
@@ -125,6 +132,20 @@ static kiln_code norm_messages(json_t *messages, char *param, kiln_err *err)
             if (!json_is_object(c) || !json_is_string(json_object_get(fn, "name"))) {
                 json_decref(out);
                 return bad(err, param, "messages", "each 'tool_calls' entry needs 'function.name'");
+            }
+            json_t *args = json_object_get(fn, "arguments");
+            if (args && !json_is_string(args) && !json_is_object(args) && !json_is_null(args)) {
+                json_decref(out);
+                return bad(err, param, "messages",
+                           "a tool call's 'function.arguments' must be a JSON string (or an object)");
+            }
+            /* parsed (norm_call) and handed to the template: bounded first */
+            char what[160];
+            snprintf(what, sizeof what, "the arguments of tool call %zu of message %zu", k, i);
+            if (srv_json_check_depth(json_object_get(fn, "arguments"), true, what, err)) {
+                json_decref(out);
+                snprintf(param, 64, "messages");
+                return err->code;
             }
             json_array_append_new(out, norm_call(c));
         }

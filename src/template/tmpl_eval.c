@@ -53,7 +53,9 @@ tmpl_value *rt_nomem(tmpl_rt *rt)
 bool rt_enter(tmpl_rt *rt, const tmpl_node *at)
 {
     if (rt->depth >= rt->depth_max) {
-        rt_fail(rt, at, KILN_E_TOO_LARGE, "template recursion deeper than %u", rt->depth_max);
+        rt_fail(rt, at, KILN_E_TOO_LARGE,
+                "template recursion deeper than %u levels (the render's depth limit)",
+                rt->depth_max);
         return false;
     }
     rt->depth++;

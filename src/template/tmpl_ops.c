@@ -194,7 +194,10 @@ static tmpl_value *repeat(tmpl_rt *rt, const tmpl_node *at, tmpl_value *seq, int
     if (n < 0) n = 0;
     if (seq->kind == TV_STR) {
         if (seq->u.s.len && (uint64_t)n > rt->out_max / seq->u.s.len)
-            return rt_fail(rt, at, KILN_E_TOO_LARGE, "string repetition too large");
+            return rt_fail(rt, at, KILN_E_TOO_LARGE,
+                           "string repetition too large: %zu bytes x %lld exceeds the output limit "
+                           "of %zu bytes",
+                           seq->u.s.len, (long long)n, rt->out_max);
         tmpl_sb b = {0};
         for (int64_t i = 0; i < n; i++)
             if (!sb_put(rt, &b, seq->u.s.p, seq->u.s.len)) return sb_free(&b), NULL;

@@ -419,9 +419,15 @@ kiln_code tmpl_value_dict_setn(tmpl_value *dict, const char *key, size_t klen, t
     return KILN_OK;
 }
 
-static tmpl_value *from_json(const json_t *j, int depth)
+/* NULL when out of memory, or (*too_deep set) when j nests deeper than
+ * JSON_MAX_DEPTH: the recursion is bounded by that, whatever the input. */
+#define JSON_MAX_DEPTH 512
+static tmpl_value *from_json(const json_t *j, int depth, bool *too_deep)
 {
-    if (depth > 512) return NULL;
+    if (depth > JSON_MAX_DEPTH) {
+        *too_deep = true;
+        return NULL;
+    }
     switch (json_typeof(j)) {
     case JSON_NULL:
         return tmpl_value_none();
@@ -442,7 +448,7 @@ static tmpl_value *from_json(const json_t *j, int depth)
         json_t *e;
         json_array_foreach(j, i, e)
         {
-            tmpl_value *c = from_json(e, depth + 1);
+            tmpl_value *c = from_json(e, depth + 1, too_deep);
             if (!c) {
                 tmpl_value_free(l);
                 return NULL;
@@ -467,7 +473,7 @@ static tmpl_value *from_json(const json_t *j, int depth)
 #ifndef json_object_keylen_foreach
             klen = strlen(k);
 #endif
-            tmpl_value *c = from_json(e, depth + 1);
+            tmpl_value *c = from_json(e, depth + 1, too_deep);
             tmpl_value *key = c ? tv_str(NULL, k, klen) : NULL;
             if (!c || !key || !tv_dict_setk(NULL, d, key, c)) {
                 if (c && !key) tmpl_value_free(c);
@@ -485,8 +491,13 @@ kiln_code tmpl_value_from_json(const json_t *j, tmpl_value **out, kiln_err *err)
 {
     *out = NULL;
     if (!j) return kiln_fail(err, KILN_E_INVALID, "template context: no JSON value");
-    *out = from_json(j, 0);
-    if (!*out)
-        return kiln_fail(err, KILN_E_NOMEM, "template context: out of memory or nested too deeply");
+    bool too_deep = false;
+    *out = from_json(j, 0, &too_deep);
+    if (!*out && too_deep) /* the caller's input, not a lack of memory */
+        return kiln_fail(err, KILN_E_INVALID,
+                         "template context: a value nests more than %d levels deep (the template "
+                         "engine's limit)",
+                         JSON_MAX_DEPTH);
+    if (!*out) return kiln_fail(err, KILN_E_NOMEM, "template context: out of memory");
     return KILN_OK;
 }

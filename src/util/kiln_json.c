@@ -143,3 +143,56 @@ bool kiln_json_charge(bool on)
     charging = on;
     return was;
 }
+
+/* ---------------------------------------------------------------- depth */
+
+int kiln_json_text_depth(const char *s, size_t len, int limit)
+{
+    int d = 0, max = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++; /* the escaped byte, a quote included, never ends the string */
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++d > max) max = d;
+            if (max > limit) return limit + 1;
+        } else if ((c == ']' || c == '}') && d > 0) {
+            d--;
+        }
+    }
+    return max;
+}
+
+static int value_depth(const json_t *j, int at, int limit)
+{
+    if (!json_is_array(j) && !json_is_object(j)) return at;
+    if (++at > limit) return limit + 1;
+    int max = at;
+    if (json_is_array(j)) {
+        for (size_t i = 0; i < json_array_size(j) && max <= limit; i++) {
+            int d = value_depth(json_array_get(j, i), at, limit);
+            if (d > max) max = d;
+        }
+    } else {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)j, k, v)
+        {
+            int d = value_depth(v, at, limit);
+            if (d > max) max = d;
+            if (max > limit) break;
+        }
+    }
+    return max;
+}
+
+int kiln_json_value_depth(const struct json_t *j, int limit)
+{
+    return j ? value_depth(j, 0, limit) : 0;
+}

@@ -36,7 +36,10 @@
 #define KILN_JSON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+struct json_t; /* jansson's value (json_t) */
 
 /* API */
 void kiln_json_init(void);
@@ -54,6 +57,18 @@ int64_t kiln_json_net_bytes(void);
 /* Charges this thread's jansson allocations to the request memory account (on)
  * or not; returns the previous setting. */
 bool kiln_json_charge(bool on);
+
+/* API: nesting depth, measured without recursion proportional to the input.
+ * Depth: a scalar is 0, [] and {} are 1, [[1]] is 2. Both stop counting as soon
+ * as limit is passed and return limit + 1 then ("deeper than limit"), so a
+ * 10,000-deep input costs what a limit-deep one does. */
+/* Deepest nesting of arrays and objects in JSON text s[0..len): a byte scan
+ * (strings and their escapes skipped), no parse, no allocation. Exact for valid
+ * JSON; for invalid text it is at least the depth jansson would recurse to
+ * before failing, so it may run before json_loadb to keep that parse shallow. */
+int kiln_json_text_depth(const char *s, size_t len, int limit);
+/* The same for a parsed value (recursion at most limit + 1 frames deep). */
+int kiln_json_value_depth(const struct json_t *j, int limit);
 
 /* API: the request memory account (process-wide) */
 void kiln_reqmem_set_cap(uint64_t cap); /* 0 = no cap (counted only) */

@@ -34,6 +34,12 @@ double plat_thread_cpu(void);
 uint64_t plat_rss_bytes(void); /* current resident set; 0 if unknown */
 uint64_t plat_peak_rss_bytes(void);
 uint64_t plat_total_memory(void);
+/* Gives freed heap memory back to the OS (glibc: malloc_trim(0), every arena;
+ * macOS: the zones' pressure relief). For after a burst of short-lived
+ * allocations is gone — e.g. the SSD tier's drained write queue — whose freed
+ * chunks the allocator would otherwise keep resident. Takes the allocator's
+ * locks; costs ~ms per 100 MB: call it rarely, never on a hot path. */
+void plat_trim_heap(void);
 int plat_is_dir(const char *path);
 /* Raises the soft open-file limit towards want (never above the hard limit, never
  * lowers it). Returns the soft limit now in force; 0 when it cannot be read. */

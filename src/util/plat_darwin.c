@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <mach-o/dyld.h>
 #include <mach/mach.h>
+#include <malloc/malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,11 @@ uint64_t plat_rss_bytes(void)
     if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO, (task_info_t)&info, &n) != KERN_SUCCESS)
         return 0;
     return (uint64_t)info.resident_size;
+}
+
+void plat_trim_heap(void)
+{
+    malloc_zone_pressure_relief(NULL, 0);
 }
 
 uint64_t plat_peak_rss_bytes(void)

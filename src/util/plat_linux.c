@@ -4,6 +4,7 @@
 #if defined(__linux__)
 #include "util/plat.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,11 @@ uint64_t plat_peak_rss_bytes(void)
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) return (uint64_t)ru.ru_maxrss * 1024;
     return 0;
+}
+
+void plat_trim_heap(void)
+{
+    malloc_trim(0);
 }
 
 uint64_t plat_total_memory(void)

@@ -81,5 +81,13 @@ expect unreadable_directory 'nonexistent' -- "$KILN" info --model "$T/nonexisten
 expect bad_flag 'unknown flag' -- "$KILN" generate --model "$SRC" --bogus
 expect bad_temperature 'temperature' -- "$KILN" generate --model "$SRC" --tokens 1 --temperature -1 --threads 1
 
+# a chat template that recurses without end, or prints past the output limit:
+# one error line naming the limit (never a stack overflow: rc < 128)
+printf '%s' "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}" > "$T/rec.jinja"
+printf '%s' "{% for i in range(1000000) %}{{ 'x' * 100 }}{% endfor %}" > "$T/big.jinja"
+printf '%s' '{"messages": [{"role": "user", "content": "hi"}]}' > "$T/ctx.json"
+expect template_recursion 'template recursion deeper than 500 levels' -- "$KILN" template --template "$T/rec.jinja" --context "$T/ctx.json"
+expect template_output 'template output exceeds 67108864 bytes' -- "$KILN" template --template "$T/big.jinja" --context "$T/ctx.json"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -558,6 +558,69 @@ static void test_ten_thousand_entries_index_quickly(void)
     kv_ssd_close(s, 0);
 }
 
+/* The scan's progress: the total is known from the first call, done only
+ * grows, a call every KV_SSD_SCAN_PROGRESS_EVERY names, and the last says
+ * done == total; names that are no entry (lock, quarantine/, README) are not
+ * counted, invalid entry names (quarantined) are. */
+typedef struct {
+    uint64_t calls, first_done, first_total, last_done, last_total, max_done;
+    int went_back;
+} scan_log;
+
+static void log_scan(void *user, uint64_t done, uint64_t total)
+{
+    scan_log *l = user;
+    if (!l->calls++) l->first_done = done, l->first_total = total;
+    if (done < l->last_done || done > total) l->went_back = 1;
+    l->last_done = done;
+    l->last_total = total;
+}
+
+static void test_scan_reports_progress(void)
+{
+    const char *dir = fresh_dir("progress");
+    kv_ssd_close(open_dir(dir, ID, 0), 0);
+    uint8_t b[64] = {0};
+    enum { N = 3000 };
+    for (int i = 0; i < N; i++) write_raw(dir, (uint64_t)i + 1, b, sizeof b);
+    char p[512];
+    for (int i = 0; i < 5; i++) { /* empty files named like entries: counted, quarantined */
+        path_of(p, sizeof p, dir, 0xdead0000u + (uint64_t)i);
+        FILE *f = fopen(p, "wb");
+        if (f) fclose(f);
+    }
+    snprintf(p, sizeof p, "%s/README", dir);
+    FILE *f = fopen(p, "wb");
+    if (f) fclose(f);
+    scan_log l = {0};
+    kv_ssd_config c = kv_ssd_config_default();
+    c.dir = dir;
+    c.id = ID;
+    c.scan_progress = log_scan;
+    c.scan_progress_user = &l;
+    kv_ssd *s = NULL;
+    kiln_err err;
+    ASSERT_OK(kv_ssd_open(&c, &s, &err));
+    kv_ssd_stats st = kv_ssd_get_stats(s);
+    ASSERT_EQ_U64(st.entries, N);
+    ASSERT_EQ_U64(st.quarantined, 5);
+    ASSERT_EQ_U64(l.first_done, 0);
+    ASSERT_EQ_U64(l.first_total, N + 5);
+    ASSERT_EQ_U64(l.last_done, N + 5);
+    ASSERT_EQ_U64(l.last_total, N + 5);
+    ASSERT_EQ_U64(l.calls, 2 + (N + 5) / KV_SSD_SCAN_PROGRESS_EVERY);
+    ASSERT_TRUE(!l.went_back);
+    kv_ssd_close(s, 0);
+    /* an empty folder: one call at 0 of 0, one at the end */
+    dir = fresh_dir("progress_empty");
+    l = (scan_log){0};
+    c.dir = dir;
+    ASSERT_OK(kv_ssd_open(&c, &s, &err));
+    ASSERT_EQ_U64(l.calls, 2);
+    ASSERT_EQ_U64(l.last_total, 0);
+    kv_ssd_close(s, 0);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -912,6 +975,7 @@ int main(void)
     RUN(test_queued_checkpoint_is_replaced_in_place);
     RUN(test_header_parser_rejects_garbage);
     RUN(test_ten_thousand_entries_index_quickly);
+    RUN(test_scan_reports_progress);
     RUN(test_strange_names_never_block_or_get_served);
     RUN(test_entry_swapped_for_a_fifo_after_the_scan);
     RUN(test_symlinked_lock_and_quarantine_are_not_followed);

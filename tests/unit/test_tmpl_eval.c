@@ -4,6 +4,8 @@
  * their Python / @huggingface/jinja semantics, printing of values, errors
  * (raise_exception verbatim, runtime errors with line:column) and the limits.
  */
+#include <pthread.h>
+
 #include "../template/tmpl_test_util.h"
 
 static void test_if_elif_else_picks_one_branch(void)
@@ -243,6 +245,101 @@ static void test_compiled_template_renders_many_contexts(void)
     tmpl_free(t);
 }
 
+/* Renders src on a thread with a 256 KiB stack (what tmpl.h says a render needs;
+ * AddressSanitizer's redzones make frames ~3x larger, so 1 MiB there) into *out
+ * ("ERR(...)" on failure): recursion past max_depth must end in the limit's
+ * error there, not overrun the stack. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RENDER_STACK (1024u << 10)
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RENDER_STACK (1024u << 10)
+#endif
+#endif
+#ifndef RENDER_STACK
+#define RENDER_STACK (256u << 10)
+#endif
+typedef struct {
+    const char *src, *ctx;
+    char *out;
+} small_job;
+
+static void *small_run(void *a)
+{
+    small_job *j = a;
+    j->out = tt_render(j->src, j->ctx);
+    return NULL;
+}
+
+static char *render_small_stack(const char *src, const char *ctx)
+{
+    small_job j = {src, ctx, NULL};
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, RENDER_STACK);
+    pthread_t t;
+    if (pthread_create(&t, &a, small_run, &j) == 0) pthread_join(t, NULL);
+    pthread_attr_destroy(&a);
+    return j.out ? j.out : strdup("thread failed");
+}
+
+static void test_recursion_stops_at_the_depth_limit_on_a_small_stack(void)
+{
+    /* each shape recurses without end; each must name the limit (500) */
+    static const char *const shapes[] = {
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "{% macro f(n) %}{% for x in [1] %}{% if true %}{{ f(n + 1) }}{% endif %}{% endfor %}"
+        "{% endmacro %}{{ f(0) }}",
+        "{% macro f() %}{% call f() %}x{% endcall %}{% endmacro %}{{ f() }}",
+        "{% macro f(n) %}{% set x %}{{ f(n + 1) }}{% endset %}{{ x }}{% endmacro %}{{ f(0) }}",
+        "{% macro f(n) %}{{ caller() }}{% endmacro %}"
+        "{% macro g(n) %}{% call f(n) %}{{ g(n + 1) }}{% endcall %}{% endmacro %}{{ g(0) }}",
+        "{% macro f(n) %}{{ [f(n + 1)] | map('trim') | join }}{% endmacro %}{{ f(0) }}",
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        char *got = render_small_stack(shapes[i], NULL);
+        if (!strstr(got, "ERR(too_large)") || !strstr(got, "template recursion deeper than 500")) {
+            fprintf(stderr, "  shape %zu: %s\n", i, got);
+            free(got);
+            TEST_FAIL_("recursion did not stop at the limit");
+        }
+        free(got);
+    }
+    /* a recursion driven by the data stops there too, and a shallow one renders */
+    const char *src = "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% else %}done{% endif %}{% endmacro %}"
+                      "{{ f(depth) }}";
+    char *got = render_small_stack(src, "{\"depth\": 100000}");
+    ASSERT_TRUE(strstr(got, "template recursion deeper than 500") != NULL);
+    free(got);
+    got = render_small_stack(src, "{\"depth\": 50}");
+    ASSERT_STR_EQ(got, "done");
+    free(got);
+    /* a long expression chain (a left-leaning tree 100,000 deep) */
+    size_t n = 100000;
+    char *chain = malloc(n * 4 + 16), *p = chain;
+    p += sprintf(p, "{{ 1");
+    for (size_t i = 0; i < n; i++) p += sprintf(p, " ~1");
+    sprintf(p, " }}");
+    got = render_small_stack(chain, NULL);
+    ASSERT_TRUE(strstr(got, "template recursion deeper than 500") != NULL);
+    free(got);
+    free(chain);
+}
+
+static void test_context_deeper_than_the_limit_is_invalid_not_out_of_memory(void)
+{
+    kiln_err err;
+    tmpl_value *v = NULL;
+    json_t *j = json_integer(1);
+    for (int i = 0; i < 513; i++) j = json_pack("[o]", j); /* 513 levels: one past */
+    ASSERT_CODE(tmpl_value_from_json(j, &v, &err), KILN_E_INVALID);
+    ASSERT_TRUE(v == NULL && strstr(err.msg, "more than 512 levels") != NULL);
+    json_t *at = json_array_get(j, 0); /* 512 levels */
+    ASSERT_OK(tmpl_value_from_json(at, &v, &err));
+    tmpl_value_free(v);
+    json_decref(j);
+}
+
 int main(void)
 {
     RUN(test_if_elif_else_picks_one_branch);
@@ -265,5 +362,7 @@ int main(void)
     RUN(test_deeply_nested_garbage_is_freed_without_deep_recursion);
     RUN(test_strftime_now_uses_the_injected_clock);
     RUN(test_compiled_template_renders_many_contexts);
+    RUN(test_recursion_stops_at_the_depth_limit_on_a_small_stack);
+    RUN(test_context_deeper_than_the_limit_is_invalid_not_out_of_memory);
     return TEST_DONE();
 }
