@@ -17,6 +17,13 @@ ID=$(basename "$BASE")
 e2e_server S --model "$BASE" --ctx 1024 --batch 8 --lora sql="$E2E_TMP/sql" --lora-dir "$E2E_TMP/ad" || exit 1
 check "startup lines name each adapter" grep -q 'kiln: adapter chat (mlx-lm, rank 4' "$S_LOG"
 run_node lora.test.mjs --url "$S_URL" --id "$ID"
+# embeddings run on the adapter the `model` field names, as generation does
+emb() { curl -s "$S_URL/v1/embeddings" -H 'content-type: application/json' -d "{\"input\":\"Once upon a time\",\"model\":\"$1\"}" |
+  /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d["data"][0]["embedding"][:8]) + " " + d["model"] if "data" in d else d["error"]["code"])'; }
+e_base=$(emb "$ID"); e_sql=$(emb sql); e_sql2=$(emb "$ID:sql"); e_nope=$(emb "$ID:nope")
+check "embeddings: model sql differs from the base, <id>:sql is the same vectors" \
+  [ "${e_sql% *}" != "${e_base% *}" -a "${e_sql% *}" = "${e_sql2% *}" -a "${e_sql##* }" = sql ]
+check "embeddings: an unknown <id>:NAME is a 404" [ "$e_nope" = model_not_found -o "$e_nope" = not_found ]
 check "SIGTERM exits 0" e2e_stop "$S_PID"
 
 # --lora-default: requests naming nothing get the adapter
