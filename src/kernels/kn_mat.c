@@ -51,6 +51,15 @@ void kn_matmul(kn_pool *pool, const kn_mat *W, const float *x, int64_t n, float 
     kn_pool_for(pool, W->rows, grain, mm_rows, &j);
 }
 
+void kn_matmul_rows(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    if (n <= 0 || r0 >= r1) return;
+    KILN_ASSERT(r0 >= 0 && r1 <= W->rows);
+    kn_matmul_fn fn = pick(kn_get(), W);
+    KILN_ASSERT(fn != NULL);
+    fn(W, x, n, y, r0, r1);
+}
+
 /* ---------------------------------------------------------------- fused jobs */
 
 /* Each job below runs as one kn_pool_for over rows: a chunk computes its rows

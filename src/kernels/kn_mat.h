@@ -38,6 +38,9 @@ typedef struct {
 /* y[t][r] = Σ_i x[t][i] · W[r][i] for t < n, r < W->rows. x: [n, cols], y: [n, rows],
  * both dense row-major f32. Threads over rows of W via pool (NULL = caller only). */
 void kn_matmul(kn_pool *pool, const kn_mat *W, const float *x, int64_t n, float *y);
+/* kn_matmul's rows [r0, r1) only, on the calling thread (inside a caller's own
+ * pool job): y[t][r] bitwise what kn_matmul gives. */
+void kn_matmul_rows(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1);
 /* Fused jobs (one pool barrier each; every y[t][r] bitwise what kn_matmul, the
  * bias add and the element-wise op done one after another would give). */
 #define KN_MULTI_MAX 4

@@ -183,9 +183,63 @@ static void bind_layer(mdl_step *s)
     }
 }
 
-/* The fused path (s->fused, no LoRA): q/k/v as one pool job with their
- * biases, then one job per (sequence, KV head) that prepares, attends and
- * gates, then o_proj with its bias and (s->fold_residual) the residual add. */
+/* rows [r0, r1) of y = x·Wᵀ + b for every token of the step. */
+static void proj_rows(mdl_step *s, const kn_mat *W, const float *b, float *y, int64_t r0,
+                      int64_t r1)
+{
+    kn_matmul_rows(W, s->h, s->T, y, r0, r1);
+    if (b)
+        for (int64_t t = 0; t < s->T; t++)
+            kn_add(y + t * W->rows + r0, b + r0, r1 - r0);
+}
+
+/* One item = KV head g for the whole step: its rows of q (the group's query
+ * heads, with their gate rows when gated), of K and of V for every token,
+ * then per sequence the prep, attention and gate of that group. No item
+ * reads rows another item writes, so projections and attention need no
+ * barrier between them. A chunk is a run of heads [g0, g1): their rows are
+ * contiguous in each matrix. */
+static void head_items(void *ctx, int64_t g0, int64_t g1, int tid)
+{
+    mdl_step *s = ctx;
+    const mdl_attn *at = &s->ly->attn;
+    const mdl_layer_plan *p = s->ly->p;
+    int64_t hd = p->head_dim, group = p->n_heads / p->n_kv_heads,
+            qr = (p->attn_gate ? 2 : 1) * group * hd, kd = (int64_t)p->n_kv_heads * hd;
+    float *scratch = s->scratch + (size_t)tid * (size_t)s->attn_scratch;
+    kn_attn_args *aa = s->aa;
+    /* the chunk's heads' rows in one kernel call per matrix: x is quantized
+     * once per call, as kn_matmul_multi does per chunk */
+    proj_rows(s, &at->wq, at->bq, p->attn_gate ? s->mix : s->q, g0 * qr, g1 * qr);
+    if (p->kv_src == s->layer) {
+        proj_rows(s, &at->wk, at->bk, s->k, g0 * hd, g1 * hd);
+        if (p->k_eq_v) /* V is the raw K projection; both are stored after their norms */
+            for (int64_t t = 0; t < s->T; t++)
+                memcpy(s->v + t * kd + g0 * hd, s->k + t * kd + g0 * hd,
+                       sizeof(float) * (size_t)((g1 - g0) * hd));
+        else
+            proj_rows(s, &at->wv, at->bv, s->v, g0 * hd, g1 * hd);
+    }
+    for (int64_t g = g0; g < g1; g++)
+        for (int32_t sq = 0; sq < s->n_seqs; sq++) {
+            for (int64_t t = s->row0[sq]; t < s->row0[sq + 1]; t++)
+                prep_token(s, t, g * group, (g + 1) * group, g, g + 1);
+            kn_attn_heads(&aa[sq], (int32_t)(g * group), (int32_t)((g + 1) * group), scratch);
+            if (p->attn_gate)
+                for (int64_t t = s->row0[sq]; t < s->row0[sq + 1]; t++)
+                    gate_token(s, t, g * group, (g + 1) * group);
+        }
+}
+
+/* Few tokens (decode, small batches) and KV heads that split evenly over the
+ * threads: the per-head job above (one barrier instead of two). More tokens
+ * keep the finer (sequence, head) split for attention. */
+#define HEAD_JOB_MAX_TOKENS 16
+
+/* The fused path (s->fused, no LoRA): q/k/v and attention as one job per KV
+ * head (few tokens), or q/k/v as one pool job with their biases and then one
+ * job per (sequence, KV head) that prepares, attends and gates; then o_proj
+ * with its bias and (s->fold_residual) the residual add. */
 static void attn_fused(mdl_step *s)
 {
     const mdl_attn *at = &s->ly->attn;
@@ -195,11 +249,17 @@ static void attn_fused(mdl_step *s)
     const float *b[3] = {at->bq, at->bk, at->bv};
     float *y[3] = {p->attn_gate ? s->mix : s->q, s->k, s->v};
     int nm = p->kv_src != s->layer ? 1 : p->k_eq_v ? 2 : 3;
-    kn_matmul_multi(s->pool, nm, W, b, s->h, T, y);
-    if (nm == 2) /* V is the raw K projection; both are stored after their norms */
-        memcpy(s->v, s->k, sizeof(float) * (size_t)(T * p->n_kv_heads * p->head_dim));
-    bind_layer(s);
-    kn_pool_for(s->pool, (int64_t)s->n_seqs * p->n_kv_heads, 1, attn_items, s);
+    if (T <= HEAD_JOB_MAX_TOKENS && p->n_kv_heads % kn_pool_threads(s->pool) == 0) {
+        bind_layer(s);
+        kn_pool_for(s->pool, p->n_kv_heads, 1, head_items, s);
+    }
+    else {
+        kn_matmul_multi(s->pool, nm, W, b, s->h, T, y);
+        if (nm == 2) /* V is the raw K projection; both are stored after their norms */
+            memcpy(s->v, s->k, sizeof(float) * (size_t)(T * p->n_kv_heads * p->head_dim));
+        bind_layer(s);
+        kn_pool_for(s->pool, (int64_t)s->n_seqs * p->n_kv_heads, 1, attn_items, s);
+    }
     if (s->fold_residual) kn_matmul_residual(s->pool, &at->wo, at->bo, s->att, T, s->h, s->x);
     else {
         kn_matmul(s->pool, &at->wo, s->att, T, s->h);
