@@ -156,6 +156,12 @@ struct mdl_step {
     int32_t *lora_rows;         /* [T] rows with adapters, grouped by stack (mdl_lora_plan) */
     int32_t *lora_tile0;        /* [n_lora_tiles + 1]: tile i is lora_rows[tile0[i], tile0[i+1]) */
     int32_t n_lora_tiles;
+    /* Fused stages (mdl_attn.c, mdl_mlp.c): independent matmuls as one pool
+     * job, element-wise steps inside the job that made their rows. Off with
+     * LoRA (its update sits between a projection and the next step) and when
+     * the context says (mdl_ctx_set_fused). Same bits either way. */
+    int fused;
+    int fold_residual; /* this stage adds its output into x itself (fused, no post-norm) */
 };
 
 /* y[t] += b for t < T (b NULL: nothing). */
