@@ -4,6 +4,7 @@
  * a budget allows.
  */
 #include "cli/cli.h"
+#include "cli/cli_lora.h"
 #include "cli/cli_args.h"
 #include "engine/eng_admit.h"
 #include "engine/eng_fit.h"
@@ -33,6 +34,8 @@ int cli_fit(int argc, char **argv)
     double budget = 0, bandwidth = 0;
     int json = 0;
     cli_kv_flags kvf = {0};
+    cli_list lora = {0};
+    const char *lora_dir = NULL;
     cli_flag flags[] = {
         {"model", CLI_STR, &model, "DIR", "model snapshot folder (required)", 0},
         {"ctx", CLI_INT, &ctx, "N", "context tokens per sequence (default: min(model, 4096))", 0},
@@ -45,6 +48,9 @@ int cli_fit(int argc, char **argv)
         {"bandwidth", CLI_FLOAT, &bandwidth, "GBS",
          "memory bandwidth for the decode prediction (default: measured, 512 MiB read)", 0},
         {"json", CLI_BOOL, &json, NULL, "print one JSON object", 0},
+        {"lora", CLI_LIST, &lora, "NAME=DIR", "count a LoRA adapter kiln serve would load (repeatable)",
+         0},
+        {"lora-dir", CLI_STR, &lora_dir, "DIR", "count every adapter folder in DIR", 0},
         {"draft-model", CLI_STR, &draft, "DIR",
          "count a draft model too (kiln serve --draft-model): its weights, transients and a KV "
          "pool of one block per block",
@@ -94,10 +100,17 @@ int cli_fit(int argc, char **argv)
     eng_fit f;
     eng_admit_plan plan;
     int have_plan = 0;
-    if (budget > 0) {
+    uint64_t adapter_bytes = 0;
+    if (cli_loras_bytes(&lora, lora_dir, &adapter_bytes, &err)) {
+        wt_set_close(ws);
+        wt_config_free(&c);
+        return cli_fail("fit", &err);
+    }
+    if (budget > 0 || adapter_bytes) {
         /* the plan `kiln serve --memory-budget` makes with default server options */
         eng_admit_in in = eng_admit_in_default();
         in.budget_bytes = (uint64_t)(budget * 1e9);
+        in.adapter_bytes = adapter_bytes;
         in.ctx_explicit = ctx > 0;
         eng_runtime_opts r = eng_runtime_resolve(&c, &o);
         in.overhead_bytes = eng_admit_overhead_for_dir(model, CLI_FIT_SERVER_BYTES, r.max_seqs);
@@ -191,7 +204,10 @@ int cli_fit(int argc, char **argv)
                    gib(f.draft_bytes), draft, gib(dc.weights_bytes),
                    gib(dc.fixed_bytes - dc.weights_bytes), (int)f.o.n_blocks, dc.block_bytes);
         printf("total:            %8.3f GiB (%.2f GB)\n", gib(f.total_bytes), (double)f.total_bytes / 1e9);
-        if (have_plan) {
+        if (adapter_bytes)
+            printf("lora adapters:    %8.3f GiB (f32 A and B, outside total; counted by the plan)\n",
+                   gib(adapter_bytes));
+        if (have_plan && budget > 0) {
             printf("process overhead: %8.3f GiB (binary, libraries, tokenizer, server buffers)\n",
                    gib(plan.overhead_bytes));
             printf(

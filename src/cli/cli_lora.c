@@ -59,17 +59,21 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-kiln_code cli_loras_load(const mdl_model *m, const cli_list *specs, const char *dir, cli_loras *out,
-                         kiln_err *err)
+typedef kiln_code (*adapter_fn)(void *ctx, const char *name, size_t nl, const char *dir,
+                                kiln_err *err);
+
+/* Calls fn for every adapter of --lora specs, then of --lora-dir's sub-folders
+ * (sorted by name). */
+static kiln_code each_adapter(const cli_list *specs, const char *dir, adapter_fn fn, void *ctx,
+                              kiln_err *err)
 {
-    memset(out, 0, sizeof *out);
     kiln_code rc = KILN_OK;
     for (int i = 0; !rc && specs && i < specs->n; i++) {
         const char *eq = strchr(specs->v[i], '=');
         if (!eq || !eq[1])
             rc = kiln_fail(err, KILN_E_INVALID, "--lora %s: expected NAME=DIR", specs->v[i]);
         else
-            rc = add(m, specs->v[i], (size_t)(eq - specs->v[i]), eq + 1, out, err);
+            rc = fn(ctx, specs->v[i], (size_t)(eq - specs->v[i]), eq + 1, err);
     }
     if (!rc && dir) {
         DIR *d = opendir(dir);
@@ -88,12 +92,47 @@ kiln_code cli_loras_load(const mdl_model *m, const cli_list *specs, const char *
         for (int i = 0; i < n; i++) {
             char p[4200];
             snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-            if (!rc) rc = add(m, names[i], strlen(names[i]), p, out, err);
+            if (!rc) rc = fn(ctx, names[i], strlen(names[i]), p, err);
             free(names[i]);
         }
     }
+    return rc;
+}
+
+typedef struct {
+    const mdl_model *m;
+    cli_loras *l;
+} load_ctx;
+
+static kiln_code load_one(void *ctx, const char *name, size_t nl, const char *dir, kiln_err *err)
+{
+    load_ctx *c = ctx;
+    return add(c->m, name, nl, dir, c->l, err);
+}
+
+kiln_code cli_loras_load(const mdl_model *m, const cli_list *specs, const char *dir, cli_loras *out,
+                         kiln_err *err)
+{
+    memset(out, 0, sizeof *out);
+    load_ctx c = {.m = m, .l = out};
+    kiln_code rc = each_adapter(specs, dir, load_one, &c, err);
     if (rc) cli_loras_free(out);
     return rc;
+}
+
+static kiln_code bytes_one(void *ctx, const char *name, size_t nl, const char *dir, kiln_err *err)
+{
+    uint64_t b;
+    if (mdl_lora_dir_bytes(dir, &b, err))
+        return kiln_err_prefix(err, "adapter '%.*s' (%s): ", (int)nl, name, dir);
+    *(uint64_t *)ctx += b;
+    return KILN_OK;
+}
+
+kiln_code cli_loras_bytes(const cli_list *specs, const char *dir, uint64_t *bytes, kiln_err *err)
+{
+    *bytes = 0;
+    return each_adapter(specs, dir, bytes_one, bytes, err);
 }
 
 void cli_loras_free(cli_loras *l)

@@ -22,5 +22,9 @@ typedef struct {
 kiln_code cli_loras_load(const mdl_model *m, const cli_list *specs, const char *dir, cli_loras *out,
                          kiln_err *err);
 void cli_loras_free(cli_loras *l);
+/* The memory the same adapters will hold once loaded (mdl_lora_dir_bytes of
+ * each), read from their tensor files' headers: memory plans count adapters
+ * before the model is open. */
+kiln_code cli_loras_bytes(const cli_list *specs, const char *dir, uint64_t *bytes, kiln_err *err);
 
 #endif

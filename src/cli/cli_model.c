@@ -26,6 +26,8 @@ static eng_runtime_opts runtime_opts(int64_t threads, int64_t ctx, int32_t max_s
     o.ctx = (int32_t)ctx;
     o.max_seqs = max_seqs;
     o.isa = getenv("KILN_ISA");
+    const char *fz = getenv("KILN_FUSED"); /* "0": the unfused step, for A/B timing */
+    o.unfused = fz && strcmp(fz, "0") == 0;
     return o;
 }
 
@@ -219,6 +221,23 @@ done:
     return ret;
 }
 
+/* Pool jobs (barriers) between the first and the last decoded token. */
+typedef struct {
+    kn_pool *pool;
+    uint64_t first, last;
+    int n;
+} bench_jobs;
+
+static int count_jobs(void *user, int32_t tok, const eng_sample_out *so)
+{
+    (void)tok;
+    (void)so;
+    bench_jobs *b = user;
+    b->last = kn_pool_jobs(b->pool);
+    if (b->n++ == 0) b->first = b->last;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- bench */
 
 int cli_bench(int argc, char **argv)
@@ -258,13 +277,16 @@ int cli_bench(int argc, char **argv)
     }
     eng_sampling sp = eng_sampling_default();
     eng_gen_result res;
-    kiln_code rc = eng_generate(rt, prompt, (int32_t)pp, &sp, (int32_t)tg, 1, NULL, NULL, &res, &err);
+    bench_jobs bj = {.pool = rt->pool};
+    kiln_code rc =
+        eng_generate(rt, prompt, (int32_t)pp, &sp, (int32_t)tg, 1, count_jobs, &bj, &res, &err);
     free(prompt);
     if (rc) {
         eng_runtime_close(rt);
         return cli_fail("bench", &err);
     }
     double pf = (double)pp / res.prefill_s;
+    double jpt = bj.n > 1 ? (double)(bj.last - bj.first) / (bj.n - 1) : 0.0;
     double dec = res.n_generated > 1 ? (double)(res.n_generated - 1) / res.decode_s : 0.0;
     mdl_info info = mdl_get_info(rt->model);
     uint64_t rss = plat_peak_rss_bytes();
@@ -295,17 +317,18 @@ int cli_bench(int argc, char **argv)
         printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"load_s\": %.3f, "
                "\"rss_bytes\": %" PRIu64 ", \"weights_bytes\": %" PRIu64 ", \"threads\": %d, "
                "\"isa\": \"%s\", \"matmul\": \"%s\", \"prompt_tokens\": %" PRId64
-               ", \"gen_tokens\": %d, \"quant\": \"%s\", \"kv_format\": \"%s\", %s}\n",
+               ", \"gen_tokens\": %d, \"quant\": \"%s\", \"kv_format\": \"%s\", "
+               "\"pool_jobs_per_token\": %.1f, %s}\n",
                pf, dec, rt->load_s, rss, info.weights_bytes, rt->o.n_threads, kn_isa_name(),
-               kn_matmul_mode(), pp, res.n_generated, info.quant_desc, rt->kv_desc, roofj);
+               kn_matmul_mode(), pp, res.n_generated, info.quant_desc, rt->kv_desc, jpt, roofj);
     }
     else {
         printf("model=%s quant=\"%s\" kv=%s threads=%d isa=%s matmul=%s\nprefill: %" PRId64
                " tokens %.3f s "
-               "%.2f tok/s\ndecode:  %d tokens %.3f s %.2f tok/s\nload %.3f s, peak RSS %.1f MiB, "
-               "weights %.1f MiB\n",
+               "%.2f tok/s\ndecode:  %d tokens %.3f s %.2f tok/s\npool:    %.1f jobs per decoded token\n"
+               "load %.3f s, peak RSS %.1f MiB, weights %.1f MiB\n",
                model, info.quant_desc, rt->kv_desc, rt->o.n_threads, kn_isa_name(),
-               kn_matmul_mode(), pp, res.prefill_s, pf, res.n_generated, res.decode_s, dec,
+               kn_matmul_mode(), pp, res.prefill_s, pf, res.n_generated, res.decode_s, dec, jpt,
                rt->load_s, (double)rss / 1048576.0, (double)info.weights_bytes / 1048576.0);
         if (bpt && bw > 0)
             printf("roofline: %.1f MB read per token at context %" PRId64 ", bandwidth %.2f GB/s "

@@ -64,6 +64,7 @@ typedef struct {
     cli_list lora;              /* --lora NAME=DIR (repeatable) */
     const char *lora_dir;       /* --lora-dir DIR: every adapter folder in it */
     const char *lora_default;   /* --lora-default NAME */
+    double lora_memory_mib;     /* --lora-memory MIB: room for adapters loaded while serving */
 } serve_flags;
 
 /* Fills the sampling defaults: flag → generation_config.json → built-in. */
@@ -111,6 +112,7 @@ static int check_flags(const serve_flags *f, int *thinking)
         : f->threads < 0                             ? "--threads must be >= 0"
         : f->max_body < 1                            ? "--max-body must be >= 1"
         : f->prompt_cache < 0                        ? "--prompt-cache must be >= 0"
+        : !(f->lora_memory_mib >= 0 && f->lora_memory_mib < 1e9) ? "--lora-memory must be >= 0 (MiB)"
         : f->timeout < 0                             ? "--timeout must be >= 0"
         : f->max_conns < 1 || f->max_conns > 1000000 ? "--max-connections must be 1..1000000"
         : f->max_conns_ip < 0 || f->max_conns_ip > 1000000
@@ -162,6 +164,10 @@ static int plan_memory(const serve_flags *f, const char *dir, const char *draft_
     /* the server's own memory: the Responses store and the requests' bodies and JSON */
     in.overhead_bytes = eng_admit_overhead_for_dir(
         dir, (uint64_t)sc->responses_store_bytes + sc->request_memory, base.o.max_seqs);
+    /* the adapters --lora / --lora-dir will load, from their headers */
+    if (cli_loras_bytes(&f->lora, f->lora_dir, &in.adapter_bytes, &err))
+        return cli_fail("serve", &err);
+    in.adapter_bytes += (uint64_t)(f->lora_memory_mib * 1048576.0); /* hot loads' room */
     if (f->prompt_cache > 0) {
         /* --prompt-cache GiB of blocks beyond batch x ctx, at the KV format's bytes */
         double extra = f->prompt_cache * 1073741824.0 /
@@ -371,7 +377,13 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
                    .process_bytes = process_bytes,
                    .adapters = st.loras.ads,
                    .n_adapters = st.loras.n,
-                   .default_adapter = f->lora_default};
+                   .default_adapter = f->lora_default,
+                   .model = st.rt->model,
+                   .lora_dir = f->lora_dir,
+                   /* with a budget, hot loads get only the room the plan kept for them */
+                   .lora_hot_bytes = f->lora_memory_mib > 0
+                                         ? (uint64_t)(f->lora_memory_mib * 1048576.0)
+                                         : (f->memory_budget > 0 ? 1 : 0)};
     int arc = srv_attach(st.srv, &m, &err);
     free(fit_json);
     if (arc) {
@@ -452,6 +464,11 @@ int cli_serve(int argc, char **argv)
          "load every adapter folder under DIR, each named after its folder", 0},
         {"lora-default", CLI_STR, &f.lora_default, "NAME",
          "the adapter requests get when they name none (default: the base model)", 0},
+        {"lora-memory", CLI_FLOAT, &f.lora_memory_mib, "MIB",
+         "memory for adapters loaded while serving (POST /v1/adapters, from --lora-dir): counted "
+         "in --memory-budget's plan and a cap on such loads (default 0: no cap without a budget, "
+         "no hot loads with one)",
+         0},
         {"data-dir", CLI_STR, &f.data_dir, "DIR",
          "where the chat page's conversations are kept (default $XDG_DATA_HOME/kiln, else "
          "~/.local/share/kiln; '' = not kept)",

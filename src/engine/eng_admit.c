@@ -110,7 +110,8 @@ typedef struct {
     const wt_config *c;
     uint64_t weights;
     eng_runtime_opts o; /* ctx and n_blocks vary */
-    uint64_t overhead;
+    uint64_t overhead; /* process overhead + adapters */
+    uint64_t adapters; /* of which LoRA adapters (for the refusal's words) */
     int32_t window0; /* group 0's retention window (its blocks per sequence are capped) */
     int n_groups;    /* KV groups: past group 0 the pool's cost is not linear in n_blocks */
     uint64_t draft_fixed, draft_block; /* a draft model: fixed bytes, KV bytes per block */
@@ -196,14 +197,16 @@ static kiln_code refuse(const planner *p, uint64_t budget, kiln_err *err)
     eng_fit_compute(p->c, p->weights, &o, &f);
     uint64_t fixed, block;
     fixed_at(p, 2, &fixed, &block);
+    char ad[48] = "";
+    if (p->adapters) snprintf(ad, sizeof ad, ", LoRA adapters %.3f", (double)p->adapters / 1e9);
     return kiln_fail(
         err, KILN_E_BUDGET,
         "the memory budget of %.3f GB leaves no room for any context: weights %.3f GB "
         "+ fixed overhead %.3f GB (step scratch %.3f, logits %.3f, other %.3f, process "
-        "%.3f, draft model %.3f) + one KV block %.6f GB = %.3f GB (batch %d, %d threads)",
+        "%.3f%s, draft model %.3f) + one KV block %.6f GB = %.3f GB (batch %d, %d threads)",
         (double)budget / 1e9, (double)p->weights / 1e9, (double)(fixed - p->weights) / 1e9,
         (double)f.scratch_bytes / 1e9, (double)f.logits_bytes / 1e9,
-        (double)(f.other_bytes - 64) / 1e9, (double)p->overhead / 1e9,
+        (double)(f.other_bytes - 64) / 1e9, (double)(p->overhead - p->adapters) / 1e9, ad,
         (double)p->draft_fixed / 1e9, (double)block / 1e9,
         (double)(fixed + block) / 1e9, (int)p->o.max_seqs, p->o.n_threads);
 }
@@ -229,7 +232,8 @@ kiln_code eng_admit_compute(const wt_config *c, uint64_t weights_bytes, const en
     memset(out, 0, sizeof *out);
     planner p = {.c = c,
                  .weights = weights_bytes,
-                 .overhead = in->overhead_bytes,
+                 .overhead = in->overhead_bytes + in->adapter_bytes,
+                 .adapters = in->adapter_bytes,
                  .draft_fixed = in->draft_fixed_bytes,
                  .draft_block = in->draft_block_bytes};
     eng_runtime_opts user = *o;
@@ -270,6 +274,7 @@ kiln_code eng_admit_compute(const wt_config *c, uint64_t weights_bytes, const en
     out->enforced_context = in->budget_bytes || in->env_limit || in->ctx_explicit ? ctx : 0;
     out->budget_bytes = in->budget_bytes;
     out->overhead_bytes = in->overhead_bytes;
+    out->adapter_bytes = in->adapter_bytes;
     out->fixed_bytes = fixed;
     out->block_bytes = block;
     eng_runtime_opts fo = p.o;

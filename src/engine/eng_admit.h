@@ -39,6 +39,7 @@ typedef enum {
 typedef struct {
     uint64_t budget_bytes;   /* --memory-budget; 0 = none (nothing refused on an estimate) */
     uint64_t overhead_bytes; /* process memory outside the runtime (eng_admit_overhead_bytes) */
+    uint64_t adapter_bytes;  /* LoRA adapters loaded beside the model (cli_loras_bytes) */
     int32_t env_limit;       /* KILN_CONTEXT_LIMIT; 0 = unset */
     int32_t extra_blocks;    /* --prompt-cache blocks on top of batch x ctx */
     int ctx_explicit;        /* 1: opts.ctx came from --ctx */
@@ -56,7 +57,8 @@ typedef struct {
     eng_limit_source source;
     uint64_t budget_bytes; /* 0 = none */
     uint64_t overhead_bytes;
-    uint64_t fixed_bytes;  /* everything but the KV pool, overhead included */
+    uint64_t adapter_bytes; /* in.adapter_bytes: counted in fixed_bytes like the overhead */
+    uint64_t fixed_bytes;  /* everything but the KV pool, overhead and adapters included */
     uint64_t usable_bytes; /* budget - fixed: room for the KV pool; 0 without a budget */
     uint64_t block_bytes;  /* one KV block incl. its pool metadata */
     eng_fit fit;           /* the plan at (ctx, n_blocks); fit.draft_bytes: the draft model's

@@ -195,6 +195,7 @@ static void handle_free(eng_handle *h)
     free(h->ends);
     eng_gstate_free(h->gs);
     gr_grammar_release(h->p.grammar);
+    mdl_lora_set_release(&h->p.lora);
     free(h->hold);
     free(h->pool);
     pthread_mutex_destroy(&h->mu);
@@ -295,6 +296,7 @@ static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
 {
     h->p = *p;
     h->p.grammar = NULL; /* set once retained, below */
+    h->p.lora.n = 0;     /* likewise */
     h->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
     if (!h->prompt) return kiln_fail(err, KILN_E_NOMEM, "request: out of memory");
     memcpy(h->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
@@ -324,6 +326,9 @@ static kiln_code copy_params(eng_handle *h, const eng_params *p, kiln_err *err)
     h->p.grammar_triggers = h->gtrig;
     if (p->grammar) gr_grammar_retain(p->grammar); /* released in handle_free */
     h->p.grammar = p->grammar;
+    /* the adapters too: a server may unload one while this request runs on it */
+    mdl_lora_set_retain(&p->lora);
+    h->p.lora = p->lora;
     return KILN_OK;
 }
 

@@ -75,6 +75,8 @@ char *eng_fit_report_json(const eng_fit *f, const eng_admit_plan *plan, double b
             (int)fg->n_blocks_full);
     }
     put(buf, cap, &len, "], \"draft_bytes\": %" PRIu64, f->draft_bytes);
+    if (plan && plan->adapter_bytes)
+        put(buf, cap, &len, ", \"adapter_bytes\": %" PRIu64, plan->adapter_bytes);
     if (plan && plan->budget_bytes) {
         char enf[16] = "null";
         if (plan->enforced_context) snprintf(enf, sizeof enf, "%d", (int)plan->enforced_context);

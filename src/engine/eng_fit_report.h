@@ -6,8 +6,10 @@
  *
  * Keys: weights_bytes, kv_bytes_per_token, kv_pool_bytes, scratch_bytes,
  * logits_bytes, other_bytes, total_bytes, ctx, batch, threads, kv_blocks,
- * block_tokens, read_bytes_per_token, draft_bytes (a draft model's share of total_bytes, 0 without), bandwidth_gb_s and
- * predicted_decode_tok_s (null when no bandwidth is known); with a budget plan
+ * block_tokens, read_bytes_per_token, draft_bytes (a draft model's share of
+ * total_bytes, 0 without), bandwidth_gb_s and predicted_decode_tok_s (null when
+ * no bandwidth is known); adapter_bytes when the plan counts LoRA adapters (not
+ * in total_bytes: the model's own); with a budget plan
  * also budget_bytes, max_safe_context, overhead_bytes, usable_bytes,
  * enforced_context_tokens (null when nothing is enforced), context_limit_source.
  */

@@ -96,6 +96,7 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
     if ((rc = mdl_ctx_create(rt->model, rt->pool, rt->o.max_step_tokens, rt->o.max_seqs,
                              rt->o.ctx, &rt->cx, err)))
         goto fail;
+    mdl_ctx_set_fused(rt->cx, !rt->o.unfused);
     int64_t vocab = mdl_vocab(rt->model);
     rt->logit_rows = rt->o.logit_rows;
     rt->logits = malloc(sizeof(float) * (size_t)vocab * (size_t)rt->logit_rows);

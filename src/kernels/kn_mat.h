@@ -38,6 +38,27 @@ typedef struct {
 /* y[t][r] = Σ_i x[t][i] · W[r][i] for t < n, r < W->rows. x: [n, cols], y: [n, rows],
  * both dense row-major f32. Threads over rows of W via pool (NULL = caller only). */
 void kn_matmul(kn_pool *pool, const kn_mat *W, const float *x, int64_t n, float *y);
+/* kn_matmul's rows [r0, r1) only, on the calling thread (inside a caller's own
+ * pool job): y[t][r] bitwise what kn_matmul gives. */
+void kn_matmul_rows(const kn_mat *W, const float *x, int64_t n, float *y, int64_t r0, int64_t r1);
+/* Fused jobs (one pool barrier each; every y[t][r] bitwise what kn_matmul, the
+ * bias add and the element-wise op done one after another would give). */
+#define KN_MULTI_MAX 4
+typedef enum { KN_ACT_SILU, KN_ACT_GELU_TANH } kn_act;
+/* y[i] = x · W[i]ᵀ (+ b[i] when b and b[i] are not NULL) for nm ≤ KN_MULTI_MAX
+ * matrices of the same cols that read the same x (q/k/v): their rows are
+ * split over the threads as one range. */
+void kn_matmul_multi(kn_pool *pool, int nm, const kn_mat *const *W, const float *const *b,
+                     const float *x, int64_t n, float *const *y);
+/* g = act(x·Gᵀ + bg) ⊙ (x·Uᵀ + bu) ([n, G->rows]; u is scratch of that shape;
+ * bg, bu may be NULL): a chunk owns rows [r0, r1) of both G and U, so the
+ * activation runs in the same job. */
+void kn_matmul_glu(kn_pool *pool, const kn_mat *G, const kn_mat *U, const float *bg,
+                   const float *bu, kn_act act, const float *x, int64_t n, float *g, float *u);
+/* acc += x·Wᵀ + b (b may be NULL; tmp [n, W->rows] scratch): the residual add
+ * of each chunk's rows in the job that made them. */
+void kn_matmul_residual(kn_pool *pool, const kn_mat *W, const float *b, const float *x, int64_t n,
+                        float *tmp, float *acc);
 /* Row r of W as f32 (dequantized/converted): out[cols]. An embedding lookup. */
 void kn_mat_row(const kn_mat *W, int64_t r, float *out);
 /* Bytes of W as stored (weights + scales + biases). */

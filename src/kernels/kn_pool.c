@@ -75,6 +75,7 @@ struct kn_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool sync_ok;
+    uint64_t jobs; /* kn_pool_for calls split over threads (caller-only) */
 };
 
 /* Chunk k of the job: whole grains, split as evenly as possible. */
@@ -210,6 +211,11 @@ int kn_pool_threads(const kn_pool *p)
     return p ? p->n_threads : 1;
 }
 
+uint64_t kn_pool_jobs(const kn_pool *p)
+{
+    return p ? p->jobs : 0;
+}
+
 void kn_pool_for(kn_pool *p, int64_t n, int64_t grain, kn_range_fn fn, void *ctx)
 {
     if (n <= 0) return;
@@ -221,6 +227,7 @@ void kn_pool_for(kn_pool *p, int64_t n, int64_t grain, kn_range_fn fn, void *ctx
         fn(ctx, 0, n, 0);
         return;
     }
+    p->jobs++;
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;

@@ -27,6 +27,9 @@ typedef void (*kn_range_fn)(void *ctx, int64_t begin, int64_t end, int tid);
 kiln_code kn_pool_create(int n_threads, kn_pool **out, kiln_err *err);
 void kn_pool_destroy(kn_pool *pool); /* NULL is a no-op */
 int kn_pool_threads(const kn_pool *pool);
+/* kn_pool_for calls so far that were split over more than one thread (each is
+ * one barrier); read on the calling thread. NULL: 0. */
+uint64_t kn_pool_jobs(const kn_pool *pool);
 /* Runs fn over [0, n) in contiguous chunks of at least `grain` items. A NULL pool
  * runs everything on the caller with tid 0. */
 void kn_pool_for(kn_pool *pool, int64_t n, int64_t grain, kn_range_fn fn, void *ctx);

@@ -24,12 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* qk-norm, RoPE, and (a layer that stores K/V) K/V into the token's block
- * slot of the layer's group. */
-static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+/* Token t's q heads [h0, h1) and KV heads [k0, k1): qk-norm, RoPE, and (a
+ * layer that stores K/V) K/V into the token's block slot of the layer's group.
+ * Every head is handled on its own (its bytes depend on that row only), so any
+ * split of heads or tokens gives the same bits. */
+static void prep_token(mdl_step *s, int64_t t, int64_t h0, int64_t h1, int64_t k0, int64_t k1)
 {
-    (void)tid;
-    mdl_step *s = ctx;
     const mdl_layer *ly = s->ly;
     const mdl_layer_plan *p = ly->p;
     float eps = (float)s->m->cfg.rms_eps;
@@ -37,55 +37,71 @@ static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     int32_t bt = kv_pool_cfg(s->kv)->block_tokens, L = p->kv_src;
     int stores = L == s->layer, g = kv_pool_layer_group(s->kv, L);
     const mdl_rope *rope = p->rope >= 0 ? &s->m->rope[p->rope] : NULL;
-    for (int64_t t = t0; t < t1; t++) {
-        float *q = s->q + t * nh * hd, *k = s->k + t * nkv * hd, *v = s->v + t * nkv * hd;
-        const float *cs = rope ? s->cs[p->rope] + t * rope->rot : NULL;
+    float *q = s->q + t * nh * hd, *k = s->k + t * nkv * hd, *v = s->v + t * nkv * hd;
+    const float *cs = rope ? s->cs[p->rope] + t * rope->rot : NULL;
+    for (int64_t h = h0; h < h1; h++) {
         if (p->attn_gate) /* [query, gate] per head: the queries, packed */
-            for (int64_t h = 0; h < nh; h++)
-                memcpy(q + h * hd, s->mix + (t * nh + h) * 2 * hd, sizeof(float) * (size_t)hd);
-        for (int64_t h = 0; h < nh; h++) {
-            if (ly->attn.q_norm) kn_rmsnorm(q + h * hd, q + h * hd, ly->attn.q_norm, hd, eps, 0.0f);
-            if (rope) kn_rope_neox(q + h * hd, rope->rot, cs);
-        }
-        if (!stores) continue; /* KV-shared: the donor wrote this step's K/V already */
-        for (int64_t h = 0; h < nkv; h++) {
-            if (ly->attn.k_norm) kn_rmsnorm(k + h * hd, k + h * hd, ly->attn.k_norm, hd, eps, 0.0f);
-            if (rope) kn_rope_neox(k + h * hd, rope->rot, cs);
-            if (p->v_norm) kn_rmsnorm(v + h * hd, v + h * hd, NULL, hd, eps, 0.0f);
-        }
-        /* each head's row is encoded on its own: its bytes depend on that row only */
-        const mdl_seq *sq = &s->seqs[s->tok_seq[t]];
-        int32_t pos = s->tok_pos[t];
-        kv_block_id b = sq->blocks[g][pos / bt];
-        kn_kv_fmt f = kv_pool_layer_fmt(s->kv, b, L);
-        size_t rec = kn_kv_rec_bytes(f, (int32_t)hd), off = (size_t)(pos % bt) * (size_t)nkv * rec;
-        uint8_t *kd = (uint8_t *)kv_pool_layer_k(s->kv, b, L) + off;
-        uint8_t *vd = (uint8_t *)kv_pool_layer_v(s->kv, b, L) + off;
-        for (int64_t h = 0; h < nkv; h++) {
-            kn_kv_store(f, k + h * hd, (int32_t)hd, kd + (size_t)h * rec);
-            kn_kv_store(f, v + h * hd, (int32_t)hd, vd + (size_t)h * rec);
-        }
+            memcpy(q + h * hd, s->mix + (t * nh + h) * 2 * hd, sizeof(float) * (size_t)hd);
+        if (ly->attn.q_norm) kn_rmsnorm(q + h * hd, q + h * hd, ly->attn.q_norm, hd, eps, 0.0f);
+        if (rope) kn_rope_neox(q + h * hd, rope->rot, cs);
+    }
+    if (!stores) return; /* KV-shared: the donor wrote this step's K/V already */
+    for (int64_t h = k0; h < k1; h++) {
+        if (ly->attn.k_norm) kn_rmsnorm(k + h * hd, k + h * hd, ly->attn.k_norm, hd, eps, 0.0f);
+        if (rope) kn_rope_neox(k + h * hd, rope->rot, cs);
+        if (p->v_norm) kn_rmsnorm(v + h * hd, v + h * hd, NULL, hd, eps, 0.0f);
+    }
+    const mdl_seq *sq = &s->seqs[s->tok_seq[t]];
+    int32_t pos = s->tok_pos[t];
+    kv_block_id b = sq->blocks[g][pos / bt];
+    kn_kv_fmt f = kv_pool_layer_fmt(s->kv, b, L);
+    size_t rec = kn_kv_rec_bytes(f, (int32_t)hd), off = (size_t)(pos % bt) * (size_t)nkv * rec;
+    uint8_t *kd = (uint8_t *)kv_pool_layer_k(s->kv, b, L) + off;
+    uint8_t *vd = (uint8_t *)kv_pool_layer_v(s->kv, b, L) + off;
+    for (int64_t h = k0; h < k1; h++) {
+        kn_kv_store(f, k + h * hd, (int32_t)hd, kd + (size_t)h * rec);
+        kn_kv_store(f, v + h * hd, (int32_t)hd, vd + (size_t)h * rec);
     }
 }
 
-/* att *= sigmoid(gate) (gated attention). */
-static void gate_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+/* Every head of tokens [t0, t1) (the unfused path). */
+static void qkv_rows(void *ctx, int64_t t0, int64_t t1, int tid)
 {
     (void)tid;
     mdl_step *s = ctx;
     const mdl_layer_plan *p = s->ly->p;
-    int64_t hd = p->head_dim, nh = p->n_heads;
     for (int64_t t = t0; t < t1; t++)
-        for (int64_t h = 0; h < nh; h++) {
-            float *a = s->att + (t * nh + h) * hd;
-            const float *g = s->mix + (t * nh + h) * 2 * hd + hd;
-            for (int64_t i = 0; i < hd; i++)
-                a[i] *= 1.0f / (1.0f + expf(-g[i]));
-        }
+        prep_token(s, t, 0, p->n_heads, 0, p->n_kv_heads);
+}
+
+/* att *= sigmoid(gate) for token t's heads [h0, h1). */
+static void gate_token(mdl_step *s, int64_t t, int64_t h0, int64_t h1)
+{
+    const mdl_layer_plan *p = s->ly->p;
+    int64_t hd = p->head_dim, nh = p->n_heads;
+    for (int64_t h = h0; h < h1; h++) {
+        float *a = s->att + (t * nh + h) * hd;
+        const float *g = s->mix + (t * nh + h) * 2 * hd + hd;
+        for (int64_t i = 0; i < hd; i++)
+            a[i] *= 1.0f / (1.0f + expf(-g[i]));
+    }
+}
+
+/* att *= sigmoid(gate) over tokens (the unfused path). */
+static void gate_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    mdl_step *s = ctx;
+    for (int64_t t = t0; t < t1; t++)
+        gate_token(s, t, 0, s->ly->p->n_heads);
 }
 
 /* One item = one (sequence, KV head): its query heads together, so the kernel
- * reads each K/V row once for the whole group. */
+ * reads each K/V row once for the whole group. Fused (s->fused): the item
+ * first prepares its heads of the sequence's tokens (prep_token: every K/V
+ * row attention reads for this head is the sequence's own, written here in
+ * token order before any is read) and gates its outputs afterwards, so the
+ * stage is one pool job instead of three. */
 static void attn_items(void *ctx, int64_t i0, int64_t i1, int tid)
 {
     mdl_step *s = ctx;
@@ -95,7 +111,13 @@ static void attn_items(void *ctx, int64_t i0, int64_t i1, int tid)
     float *scratch = s->scratch + (size_t)tid * (size_t)s->attn_scratch;
     for (int64_t i = i0; i < i1; i++) {
         int32_t sq = (int32_t)(i / nkv), g = (int32_t)(i % nkv);
+        if (s->fused)
+            for (int64_t t = s->row0[sq]; t < s->row0[sq + 1]; t++)
+                prep_token(s, t, (int64_t)g * group, (int64_t)(g + 1) * group, g, g + 1);
         kn_attn_heads(&aa[sq], g * group, (g + 1) * group, scratch);
+        if (s->fused && p->attn_gate)
+            for (int64_t t = s->row0[sq]; t < s->row0[sq + 1]; t++)
+                gate_token(s, t, (int64_t)g * group, (int64_t)(g + 1) * group);
     }
 }
 
@@ -161,8 +183,96 @@ static void bind_layer(mdl_step *s)
     }
 }
 
+/* rows [r0, r1) of y = x·Wᵀ + b for every token of the step. */
+static void proj_rows(mdl_step *s, const kn_mat *W, const float *b, float *y, int64_t r0,
+                      int64_t r1)
+{
+    kn_matmul_rows(W, s->h, s->T, y, r0, r1);
+    if (b)
+        for (int64_t t = 0; t < s->T; t++)
+            kn_add(y + t * W->rows + r0, b + r0, r1 - r0);
+}
+
+/* One item = KV head g for the whole step: its rows of q (the group's query
+ * heads, with their gate rows when gated), of K and of V for every token,
+ * then per sequence the prep, attention and gate of that group. No item
+ * reads rows another item writes, so projections and attention need no
+ * barrier between them. A chunk is a run of heads [g0, g1): their rows are
+ * contiguous in each matrix. */
+static void head_items(void *ctx, int64_t g0, int64_t g1, int tid)
+{
+    mdl_step *s = ctx;
+    const mdl_attn *at = &s->ly->attn;
+    const mdl_layer_plan *p = s->ly->p;
+    int64_t hd = p->head_dim, group = p->n_heads / p->n_kv_heads,
+            qr = (p->attn_gate ? 2 : 1) * group * hd, kd = (int64_t)p->n_kv_heads * hd;
+    float *scratch = s->scratch + (size_t)tid * (size_t)s->attn_scratch;
+    kn_attn_args *aa = s->aa;
+    /* the chunk's heads' rows in one kernel call per matrix: x is quantized
+     * once per call, as kn_matmul_multi does per chunk */
+    proj_rows(s, &at->wq, at->bq, p->attn_gate ? s->mix : s->q, g0 * qr, g1 * qr);
+    if (p->kv_src == s->layer) {
+        proj_rows(s, &at->wk, at->bk, s->k, g0 * hd, g1 * hd);
+        if (p->k_eq_v) /* V is the raw K projection; both are stored after their norms */
+            for (int64_t t = 0; t < s->T; t++)
+                memcpy(s->v + t * kd + g0 * hd, s->k + t * kd + g0 * hd,
+                       sizeof(float) * (size_t)((g1 - g0) * hd));
+        else
+            proj_rows(s, &at->wv, at->bv, s->v, g0 * hd, g1 * hd);
+    }
+    for (int64_t g = g0; g < g1; g++)
+        for (int32_t sq = 0; sq < s->n_seqs; sq++) {
+            for (int64_t t = s->row0[sq]; t < s->row0[sq + 1]; t++)
+                prep_token(s, t, g * group, (g + 1) * group, g, g + 1);
+            kn_attn_heads(&aa[sq], (int32_t)(g * group), (int32_t)((g + 1) * group), scratch);
+            if (p->attn_gate)
+                for (int64_t t = s->row0[sq]; t < s->row0[sq + 1]; t++)
+                    gate_token(s, t, g * group, (g + 1) * group);
+        }
+}
+
+/* Few tokens (decode, small batches) and KV heads that split evenly over the
+ * threads: the per-head job above (one barrier instead of two). More tokens
+ * keep the finer (sequence, head) split for attention. */
+#define HEAD_JOB_MAX_TOKENS 16
+
+/* The fused path (s->fused, no LoRA): q/k/v and attention as one job per KV
+ * head (few tokens), or q/k/v as one pool job with their biases and then one
+ * job per (sequence, KV head) that prepares, attends and gates; then o_proj
+ * with its bias and (s->fold_residual) the residual add. */
+static void attn_fused(mdl_step *s)
+{
+    const mdl_attn *at = &s->ly->attn;
+    const mdl_layer_plan *p = s->ly->p;
+    int64_t T = s->T;
+    const kn_mat *W[3] = {&at->wq, &at->wk, &at->wv};
+    const float *b[3] = {at->bq, at->bk, at->bv};
+    float *y[3] = {p->attn_gate ? s->mix : s->q, s->k, s->v};
+    int nm = p->kv_src != s->layer ? 1 : p->k_eq_v ? 2 : 3;
+    if (T <= HEAD_JOB_MAX_TOKENS && p->n_kv_heads % kn_pool_threads(s->pool) == 0) {
+        bind_layer(s);
+        kn_pool_for(s->pool, p->n_kv_heads, 1, head_items, s);
+    }
+    else {
+        kn_matmul_multi(s->pool, nm, W, b, s->h, T, y);
+        if (nm == 2) /* V is the raw K projection; both are stored after their norms */
+            memcpy(s->v, s->k, sizeof(float) * (size_t)(T * p->n_kv_heads * p->head_dim));
+        bind_layer(s);
+        kn_pool_for(s->pool, (int64_t)s->n_seqs * p->n_kv_heads, 1, attn_items, s);
+    }
+    if (s->fold_residual) kn_matmul_residual(s->pool, &at->wo, at->bo, s->att, T, s->h, s->x);
+    else {
+        kn_matmul(s->pool, &at->wo, s->att, T, s->h);
+        mdl_add_bias_rows(s->h, at->bo, T, s->m->plan.hidden);
+    }
+}
+
 void mdl_attn_forward(mdl_step *s)
 {
+    if (s->fused) {
+        attn_fused(s);
+        return;
+    }
     kn_pool *pool = s->pool;
     const mdl_attn *at = &s->ly->attn;
     const mdl_layer_plan *p = s->ly->p;

@@ -41,6 +41,7 @@ struct mdl_ctx {
     arena ar;             /* OWNED */
     float *hidden_out;    /* BORROWED [hidden_rows, hidden]: the hidden-state tap; NULL = off */
     int32_t hidden_rows;
+    int unfused; /* mdl_ctx_set_fused(cx, 0): one pool job per op (tests, A/B) */
 };
 
 /* ---------------------------------------------------------------- sizing */
@@ -69,10 +70,10 @@ size_t mdl_scratch_bytes(const mdl_plan *p, int n_threads, int32_t max_tokens, i
     if (attn_floats) *attn_floats = af;
     size_t max_blocks = (size_t)max_ctx + 1; /* pointer tables: at most one block per position */
     return sizeof(float) * (step_floats(p, max_tokens) + (size_t)n_threads * (size_t)af) +
-           sizeof(int32_t) * (2 * (size_t)max_tokens + (size_t)max_seqs + 1) +
+           sizeof(int32_t) * (4 * (size_t)max_tokens + (size_t)max_seqs + 2) + /* + LoRA tiles */
            mdl_moe_scratch_bytes(p, max_tokens) + mdl_pli_scratch_bytes(p, n_threads, max_tokens) +
            (sizeof(kn_attn_args) + 2 * sizeof(void *) * max_blocks) * (size_t)max_seqs +
-           64 * (18 + MDL_MAX_ROPES + 2 * (size_t)max_seqs); /* 64-byte alignment of arrays */
+           64 * (20 + MDL_MAX_ROPES + 2 * (size_t)max_seqs); /* 64-byte alignment of arrays */
 }
 
 kiln_code mdl_ctx_create(const mdl_model *m, kn_pool *pool, int32_t max_tokens, int32_t max_seqs,
@@ -116,6 +117,11 @@ void mdl_ctx_set_hidden_out(mdl_ctx *cx, float *rows, int32_t max_rows)
 {
     cx->hidden_out = rows;
     cx->hidden_rows = rows ? max_rows : 0;
+}
+
+void mdl_ctx_set_fused(mdl_ctx *cx, int on)
+{
+    cx->unfused = !on;
 }
 
 /* ---------------------------------------------------------------- shared stages */
@@ -248,6 +254,7 @@ static kiln_code step_alloc(mdl_step *s, kiln_err *err)
     kiln_code rc = mdl_attn_alloc(s, a, err);
     if (!rc) rc = mdl_moe_alloc(s, a, err);
     if (!rc) rc = mdl_pli_alloc(s, a, err);
+    if (!rc) rc = mdl_lora_plan(s, a, err);
     return rc;
 }
 
@@ -258,6 +265,9 @@ static void layer_forward(mdl_step *s, int32_t L)
     s->ly = ly;
     s->layer = L;
     mdl_norm_rows(s, s->h, s->x, ly->in_norm, H);
+    /* a fused attention stage adds its rows into x itself when nothing comes
+     * between it and the residual add (the same x + h, element by element) */
+    s->fold_residual = s->fused && ly->p->mixer == MDL_MIX_ATTN && !ly->post_mix_norm;
     switch (ly->p->mixer) {
     case MDL_MIX_ATTN:
         mdl_attn_forward(s);
@@ -267,8 +277,9 @@ static void layer_forward(mdl_step *s, int32_t L)
         break;
     }
     if (ly->post_mix_norm) mdl_norm_rows(s, s->h, s->h, ly->post_mix_norm, H);
-    kn_add(s->x, s->h, T * H);
+    if (!s->fold_residual) kn_add(s->x, s->h, T * H);
     mdl_norm_rows(s, s->h, s->x, ly->pre_ffn_norm, H);
+    s->fold_residual = s->fused && ly->p->ffn == MDL_FFN_DENSE && !ly->post_ffn_norm;
     switch (ly->p->ffn) {
     case MDL_FFN_DENSE:
         mdl_mlp_forward(s);
@@ -278,7 +289,8 @@ static void layer_forward(mdl_step *s, int32_t L)
         break;
     }
     if (ly->post_ffn_norm) mdl_norm_rows(s, s->h, s->h, ly->post_ffn_norm, H);
-    kn_add(s->x, s->h, T * H);
+    if (!s->fold_residual) kn_add(s->x, s->h, T * H);
+    s->fold_residual = 0;
     if (ly->p->pli) mdl_pli_forward(s);
     if (ly->scalar != 1.0f) /* Gemma 4: the whole residual, last step of the layer */
         for (int64_t i = 0; i < T * H; i++)
@@ -329,6 +341,7 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
     s.grain = s.T > 64 ? 16 : 1;
     for (int32_t i = 0; i < n_seqs; i++)
         if (seqs[i].lora && seqs[i].lora->n > 0) s.any_lora = 1;
+    s.fused = !cx->unfused && !s.any_lora;
     arena_reset(&cx->ar);
     if ((rc = step_alloc(&s, err))) return rc;
     embed_tokens(&s);

@@ -153,6 +153,15 @@ struct mdl_step {
     const float *norm_w;        /* the weight norm_rows applies */
     int64_t grain;              /* pool grain over tokens */
     int any_lora;               /* some sequence carries a non-empty mdl_lora_set */
+    int32_t *lora_rows;         /* [T] rows with adapters, grouped by stack (mdl_lora_plan) */
+    int32_t *lora_tile0;        /* [n_lora_tiles + 1]: tile i is lora_rows[tile0[i], tile0[i+1]) */
+    int32_t n_lora_tiles;
+    /* Fused stages (mdl_attn.c, mdl_mlp.c): independent matmuls as one pool
+     * job, element-wise steps inside the job that made their rows. Off with
+     * LoRA (its update sits between a projection and the next step) and when
+     * the context says (mdl_ctx_set_fused). Same bits either way. */
+    int fused;
+    int fold_residual; /* this stage adds its output into x itself (fused, no post-norm) */
 };
 
 /* y[t] += b for t < T (b NULL: nothing). */
@@ -163,6 +172,11 @@ void mdl_norm_rows(mdl_step *s, float *out, const float *in, const float *w, int
 /* ---------------------------------------------------------------- LoRA (mdl_lora.c) */
 /* The projections an adapter may target, in the order of their slots. */
 enum { MDL_LT_Q, MDL_LT_K, MDL_LT_V, MDL_LT_O, MDL_LT_GATE, MDL_LT_UP, MDL_LT_DOWN, MDL_LT_COUNT };
+#define MDL_LORA_TILE 8 /* rows of one adapter stack that share each read of A and B */
+/* Groups the step's adapter rows by stack (sequences with equal stacks join,
+ * in order of first appearance) into tiles of up to MDL_LORA_TILE rows, from
+ * arena a; nothing without adapters. */
+kiln_code mdl_lora_plan(mdl_step *s, arena *a, kiln_err *err);
 /* out[t] += the low-rank updates of target tg (of layer s->layer) of the
  * adapters of row t's sequence; in [T, in_dim] is the projection's input. */
 void mdl_lora_apply(mdl_step *s, int tg, const float *in, int64_t in_dim, float *out,

@@ -11,11 +11,13 @@
 #include "weights/wt_safetensors.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
@@ -26,11 +28,13 @@ static const char *const TARGET_NAME[MDL_LT_COUNT] = {"q_proj",    "k_proj",  "v
 typedef struct {
     int32_t r, in, out; /* r == 0: this module is not adapted */
     float scale;
-    float *A; /* OWNED [r, in] (one allocation with B) */
-    float *B; /* BORROWED from A's allocation: [out, r] */
+    float *A;  /* OWNED [r, in] (one allocation with Bt) */
+    float *Bt; /* BORROWED from A's allocation: B transposed, [r, out]: the update is r
+                  contiguous axpys, not `out` dots of length r */
 } lora_mod;
 
 struct mdl_lora {
+    atomic_int refs;    /* mdl_lora_retain / mdl_lora_free: the last reference frees it */
     const mdl_model *m; /* BORROWED */
     int32_t n_layers;
     lora_mod *mods; /* OWNED [n_layers * MDL_LT_COUNT] */
@@ -181,7 +185,7 @@ static kiln_code shape_fail(const wt_tensor *t, const char *want, int32_t L, int
                      t->name, got, (int)L, TARGET_NAME[tg], want);
 }
 
-/* Copies A and B of one module into f32 [r, in] and [out, r]. */
+/* Copies A and B of one module into f32 [r, in] and [r, out] (B transposed). */
 static kiln_code take_module(mdl_lora *a, mdl_lora_format fmt, int32_t L, int tg,
                              const wt_tensor *ta, const wt_tensor *tb, kiln_err *err)
 {
@@ -222,14 +226,14 @@ static kiln_code take_module(mdl_lora *a, mdl_lora_format fmt, int32_t L, int tg
     lora_mod *md = &a->mods[(size_t)L * MDL_LT_COUNT + (size_t)tg];
     float *buf = malloc(sizeof(float) * (size_t)r * (size_t)(in + out));
     if (!buf) return kiln_fail(err, KILN_E_NOMEM, "adapter: out of memory");
-    float *A = buf, *B = buf + r * in;
+    float *A = buf, *Bt = buf + r * in;
     for (int64_t j = 0; j < r; j++)
         for (int64_t k = 0; k < in; k++)
             A[j * in + k] = elem(ta, fmt == MDL_LORA_PEFT ? j * in + k : k * r + j);
-    for (int64_t o = 0; o < out; o++)
-        for (int64_t j = 0; j < r; j++)
-            B[o * r + j] = elem(tb, fmt == MDL_LORA_PEFT ? o * r + j : j * out + o);
-    *md = (lora_mod){.r = (int32_t)r, .in = (int32_t)in, .out = (int32_t)out, .A = A, .B = B};
+    for (int64_t j = 0; j < r; j++)
+        for (int64_t o = 0; o < out; o++)
+            Bt[j * out + o] = elem(tb, fmt == MDL_LORA_PEFT ? o * r + j : j * out + o);
+    *md = (lora_mod){.r = (int32_t)r, .in = (int32_t)in, .out = (int32_t)out, .A = A, .Bt = Bt};
     return KILN_OK;
 }
 
@@ -341,6 +345,7 @@ kiln_code mdl_lora_load(const mdl_model *m, const char *dir, mdl_lora **out, kil
     *out = NULL;
     mdl_lora *a = calloc(1, sizeof *a);
     if (!a) return kiln_fail(err, KILN_E_NOMEM, "adapter: out of memory");
+    atomic_init(&a->refs, 1);
     a->m = m;
     a->n_layers = m->plan.n_layers;
     a->mods = calloc((size_t)a->n_layers * MDL_LT_COUNT, sizeof *a->mods);
@@ -447,14 +452,57 @@ kiln_code mdl_lora_load(const mdl_model *m, const char *dir, mdl_lora **out, kil
     return KILN_OK;
 }
 
+kiln_code mdl_lora_dir_bytes(const char *dir, uint64_t *bytes, kiln_err *err)
+{
+    static const char *const FILES[] = {"adapter_model.safetensors", "adapters.safetensors"};
+    *bytes = 0;
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/adapter_config.json", dir);
+    if (access(cfg, R_OK) != 0) /* the same first complaint mdl_lora_load makes */
+        return kiln_fail(err, KILN_E_NOT_FOUND, "adapter folder '%s' has no adapter_config.json",
+                         dir);
+    for (size_t f = 0; f < sizeof FILES / sizeof *FILES; f++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, FILES[f]);
+        if (access(path, F_OK) != 0) continue;
+        wt_st *st;
+        kiln_code rc = wt_st_open(path, &st, err);
+        if (rc) return rc;
+        for (int i = 0; i < wt_st_count(st); i++)
+            *bytes += sizeof(float) * (uint64_t)wt_st_at(st, i)->numel;
+        wt_st_close(st);
+        return KILN_OK;
+    }
+    return kiln_fail(err, KILN_E_NOT_FOUND, "adapter folder '%s' has no %s or %s", dir, FILES[0],
+                     FILES[1]);
+}
+
+void mdl_lora_retain(const mdl_lora *a)
+{
+    /* the count is the one mutable field of a read-only adapter */
+    if (a) atomic_fetch_add(&((mdl_lora *)a)->refs, 1);
+}
+
 void mdl_lora_free(mdl_lora *a)
 {
-    if (!a) return;
+    if (!a || atomic_fetch_sub(&a->refs, 1) != 1) return;
     if (a->mods)
         for (size_t i = 0; i < (size_t)a->n_layers * MDL_LT_COUNT; i++)
             free(a->mods[i].A);
     free(a->mods);
     free(a);
+}
+
+void mdl_lora_set_retain(const mdl_lora_set *set)
+{
+    for (int32_t i = 0; set && i < set->n; i++)
+        mdl_lora_retain(set->a[i]);
+}
+
+void mdl_lora_set_release(const mdl_lora_set *set)
+{
+    for (int32_t i = 0; set && i < set->n; i++)
+        mdl_lora_free((mdl_lora *)set->a[i]);
 }
 
 mdl_lora_info mdl_lora_get_info(const mdl_lora *a)
@@ -484,6 +532,52 @@ uint64_t mdl_lora_set_ns(const mdl_lora_set *set, uint64_t ns)
 
 /* ---------------------------------------------------------------- the update */
 
+/* Two sets are the same stack: the same adapters, in order, at the same scales. */
+static int set_eq(const mdl_lora_set *x, const mdl_lora_set *y)
+{
+    if (x == y) return 1;
+    if (x->n != y->n) return 0;
+    for (int32_t i = 0; i < x->n; i++)
+        if (x->a[i] != y->a[i] || memcmp(&x->scale[i], &y->scale[i], sizeof(float)))
+            return 0;
+    return 1;
+}
+
+static const mdl_lora_set *seq_set(const mdl_step *s, int32_t i)
+{
+    const mdl_lora_set *set = s->seqs[i].lora;
+    return set && set->n > 0 ? set : NULL;
+}
+
+kiln_code mdl_lora_plan(mdl_step *s, arena *a, kiln_err *err)
+{
+    s->n_lora_tiles = 0;
+    if (!s->any_lora) return KILN_OK;
+    s->lora_rows = ARENA_ARRAY(a, int32_t, s->T);
+    s->lora_tile0 = ARENA_ARRAY(a, int32_t, s->T + 1);
+    if (!s->lora_rows || !s->lora_tile0)
+        return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
+    int32_t n = 0, nt = 0;
+    for (int32_t i = 0; i < s->n_seqs; i++) {
+        const mdl_lora_set *set = seq_set(s, i);
+        if (!set) continue;
+        int32_t seen = 0;
+        for (int32_t k = 0; k < i && !seen; k++)
+            seen = seq_set(s, k) && set_eq(seq_set(s, k), set);
+        if (seen) continue; /* its rows joined the group of the first such sequence */
+        int32_t g0 = n;
+        for (int32_t k = i; k < s->n_seqs; k++)
+            if (seq_set(s, k) && set_eq(seq_set(s, k), set))
+                for (int32_t t = s->row0[k]; t < s->row0[k + 1]; t++)
+                    s->lora_rows[n++] = t;
+        for (int32_t t = g0; t < n; t += MDL_LORA_TILE)
+            s->lora_tile0[nt++] = t;
+    }
+    s->lora_tile0[nt] = n;
+    s->n_lora_tiles = nt;
+    return KILN_OK;
+}
+
 typedef struct {
     mdl_step *s;
     int tg;
@@ -492,28 +586,36 @@ typedef struct {
     int64_t in_dim, out_dim;
 } lora_job;
 
-/* Row t += Σ_i scale_i · s_i · B_i (A_i x_t): each z_j one fixed-order dot over
- * the row, each output one fixed-order dot over z, so the row's bits depend on
- * that row and its adapters alone. */
-static void lora_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+/* Tiles of up to MDL_LORA_TILE rows with one adapter stack: every row t gets
+ * y_t += Σ_i scale_i · s_i · B_i (A_i x_t). Each A row and each Bt row is read
+ * once for the tile (the rows share it from cache), but a row's own arithmetic
+ * is the same fixed sequence whatever the tile holds: z_j is one dot over the
+ * row, then y gets one axpy per j in order. So its bits depend on that row and
+ * its adapters alone, not on which rows share its step or tile. */
+static void lora_tiles(void *ctx, int64_t i0, int64_t i1, int tid)
 {
     (void)tid;
     lora_job *j = ctx;
     mdl_step *s = j->s;
-    float z[MDL_LORA_MAX_RANK];
-    for (int64_t t = t0; t < t1; t++) {
-        const mdl_lora_set *set = s->seqs[s->tok_seq[t]].lora;
-        if (!set) continue;
-        const float *x = j->in + t * j->in_dim;
-        float *y = j->out + t * j->out_dim;
+    float z[MDL_LORA_TILE][MDL_LORA_MAX_RANK];
+    for (int64_t ti = i0; ti < i1; ti++) {
+        const int32_t *rows = s->lora_rows + s->lora_tile0[ti];
+        int32_t nr = s->lora_tile0[ti + 1] - s->lora_tile0[ti];
+        const mdl_lora_set *set = s->seqs[s->tok_seq[rows[0]]].lora;
         for (int32_t i = 0; i < set->n; i++) {
             const lora_mod *md = &set->a[i]->mods[(size_t)s->layer * MDL_LT_COUNT + (size_t)j->tg];
             if (!md->r) continue;
             float sc = md->scale * set->scale[i];
-            for (int32_t r = 0; r < md->r; r++)
-                z[r] = sc * kn_dot(md->A + (int64_t)r * md->in, x, md->in);
-            for (int64_t o = 0; o < md->out; o++)
-                y[o] += kn_dot(md->B + o * md->r, z, md->r);
+            for (int32_t r = 0; r < md->r; r++) {
+                const float *Ar = md->A + (int64_t)r * md->in;
+                for (int32_t k = 0; k < nr; k++)
+                    z[k][r] = sc * kn_dot(Ar, j->in + (int64_t)rows[k] * j->in_dim, md->in);
+            }
+            for (int32_t r = 0; r < md->r; r++) {
+                const float *Br = md->Bt + (int64_t)r * md->out;
+                for (int32_t k = 0; k < nr; k++)
+                    kn_axpy(j->out + (int64_t)rows[k] * j->out_dim, z[k][r], Br, md->out);
+            }
         }
     }
 }
@@ -526,7 +628,7 @@ int mdl_lora_for_model(const mdl_lora *a, const mdl_model *m)
 void mdl_lora_apply(mdl_step *s, int tg, const float *in, int64_t in_dim, float *out,
                     int64_t out_dim)
 {
-    if (!s->any_lora) return;
+    if (!s->n_lora_tiles) return;
     lora_job j = {.s = s, .tg = tg, .in = in, .out = out, .in_dim = in_dim, .out_dim = out_dim};
-    kn_pool_for(s->pool, s->T, 1, lora_rows, &j);
+    kn_pool_for(s->pool, s->n_lora_tiles, 1, lora_tiles, &j);
 }

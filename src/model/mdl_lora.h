@@ -20,9 +20,10 @@
  * against the base model's plan; a mismatch names the tensor.
  *
  * Execution: after each base projection y = W·x (+b), every row whose sequence
- * carries a set adds Σ_i scale_i · s_i · B_i·(A_i·x) in the set's order. Each
- * row's update is reduced in a fixed order from that row alone, so a row's
- * logits are bitwise the same whatever shares its step and however it is chunked.
+ * carries a set adds Σ_i scale_i · s_i · B_i·(A_i·x) in the set's order. Rows
+ * with equal sets run in tiles that share each read of A and B, but each row's
+ * update is reduced in a fixed order from that row alone, so a row's logits
+ * are bitwise the same whatever shares its step and however it is chunked.
  * An adapter is read-only after load: many contexts/threads may use it at once.
  */
 #ifndef KILN_MDL_LORA_H
@@ -65,7 +66,20 @@ typedef struct {
  * fine-tune type), KILN_E_INVALID (bad config), KILN_E_CORRUPT (a tensor whose
  * shape does not fit the base: another base model). */
 kiln_code mdl_lora_load(const mdl_model *m, const char *dir, mdl_lora **out, kiln_err *err);
-void mdl_lora_free(mdl_lora *a); /* NULL is a no-op */
+/* Adapters are reference-counted (any thread): load gives one reference,
+ * retain adds one, free drops one and the last frees the adapter. A server
+ * that unloads an adapter drops its reference while requests that started on
+ * it keep theirs (the engine retains a request's set until the request ends). */
+void mdl_lora_retain(const mdl_lora *a); /* NULL is a no-op */
+void mdl_lora_free(mdl_lora *a);         /* NULL is a no-op */
+/* mdl_lora_retain / mdl_lora_free on every adapter of set (NULL: nothing). */
+void mdl_lora_set_retain(const mdl_lora_set *set);
+void mdl_lora_set_release(const mdl_lora_set *set);
+/* The memory mdl_lora_load of folder dir will hold (f32 A and B: 4 bytes per
+ * stored element), from its tensor file's header alone, so that memory plans
+ * can count an adapter before the model is open. KILN_E_NOT_FOUND without a
+ * tensor file; the header's own errors otherwise. */
+kiln_code mdl_lora_dir_bytes(const char *dir, uint64_t *bytes, kiln_err *err);
 mdl_lora_info mdl_lora_get_info(const mdl_lora *a);
 /* 1 when a (non-NULL) was loaded for model m. */
 int mdl_lora_for_model(const mdl_lora *a, const mdl_model *m);

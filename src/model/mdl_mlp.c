@@ -27,6 +27,17 @@ void mdl_mlp_forward(mdl_step *s)
 {
     const mdl_mlp *f = &s->ly->mlp;
     int64_t T = s->T, F = s->ly->p->ffn_dim, H = s->m->plan.hidden;
+    if (s->fused) { /* two pool jobs: gate/up/act, then down (+ the residual add) */
+        kn_matmul_glu(s->pool, &f->gate, &f->up, f->b_gate, f->b_up,
+                      s->ly->p->act == MDL_ACT_GELU_TANH ? KN_ACT_GELU_TANH : KN_ACT_SILU, s->h,
+                      T, s->g, s->u);
+        if (s->fold_residual) kn_matmul_residual(s->pool, &f->down, f->b_down, s->g, T, s->h, s->x);
+        else {
+            kn_matmul(s->pool, &f->down, s->g, T, s->h);
+            mdl_add_bias_rows(s->h, f->b_down, T, H);
+        }
+        return;
+    }
     kn_matmul(s->pool, &f->gate, s->h, T, s->g);
     kn_matmul(s->pool, &f->up, s->h, T, s->u);
     mdl_add_bias_rows(s->g, f->b_gate, T, F);

@@ -118,5 +118,10 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
  * Σ n_tokens in batch order; a step of more than max_rows tokens fails with
  * KILN_E_INVALID. rows is BORROWED until the tap is set again; NULL turns it off. */
 void mdl_ctx_set_hidden_out(mdl_ctx *cx, float *rows, int32_t max_rows);
+/* Fused stages (default on): q/k/v as one pool job, attention with its
+ * norms/RoPE/K-V stores, gate/up with the activation, residual adds inside the
+ * producing job — fewer barriers per step, the same bits. Off (0): one pool
+ * job per op, for tests that compare the two and for A/B timing. */
+void mdl_ctx_set_fused(mdl_ctx *cx, int on);
 
 #endif

@@ -92,6 +92,10 @@ typedef struct {
                                     must outlive the server): LoRA adapters by name */
     int n_adapters;
     const char *default_adapter; /* one of their names: requests that name none use it; NULL = base */
+    const mdl_model *model;      /* BORROWED: must outlive the server; adapters load against it */
+    const char *lora_dir;        /* BORROWED during srv_attach (copied): POST /v1/adapters reads
+                                    only folders inside it; NULL = no hot loads */
+    uint64_t lora_hot_bytes;     /* --lora-memory: bytes hot-loaded adapters may hold; 0 = no cap */
 } srv_model;
 
 /* API */

@@ -178,10 +178,14 @@ typedef struct {
 typedef struct {
     embed_input *in; /* OWNED [n] */
     size_t n;
+    mdl_lora_set lora; /* the `model` field's adapter (references held), n = 0: the base */
+    char *label;       /* OWNED: the model id the reply reports; NULL = the served id */
 } embed_job;
 
 static void job_free(embed_job *j)
 {
+    mdl_lora_set_release(&j->lora);
+    free(j->label);
     for (size_t i = 0; i < j->n; i++) {
         eng_handle_release(j->in[i].h); /* (1) NULL is a no-op; cancels one still running */
         free(j->in[i].ids);
@@ -296,6 +300,7 @@ static int submit_more(srv_server *s, eng_engine *eng, embed_job *job, size_t *n
         p.max_tokens = 1;
         p.pooling = s->embed.pooling;
         p.sp.temperature = 0;
+        p.lora = job->lora;
         kiln_err err;
         if (eng_submit(eng, &p, &in->h, &err)) {
             if (err.code == KILN_E_BUSY && *in_flight > 0) return 0; /* wait for ours, then retry */
@@ -420,7 +425,8 @@ static int respond(srv_server *s, embed_job *job, bool b64, int64_t dims, char *
         }
     }
     json_t *r = data ? json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data,
-                                 "model", s->model_id, "usage", "prompt_tokens", (json_int_t)tokens,
+                                 "model", job->label ? job->label : s->model_id, "usage",
+                                 "prompt_tokens", (json_int_t)tokens,
                                  "total_tokens", (json_int_t)tokens)
                      : NULL;
     /* %.9g: every float32 survives the round trip, and the body is half as long */
@@ -476,6 +482,22 @@ int srv_route_embeddings(srv_server *s, const char *req, size_t len, srv_alive_f
                              "the model has no prompt named '%.64s'", pname);
     }
     embed_job job = {0};
+    /* `model` may name a LoRA adapter, as for generation (docs/lora.md) */
+    const json_t *mv = json_object_get(root, "model");
+    if (!status && mv && !json_is_null(mv) && !json_is_string(mv))
+        status = err_out(KILN_E_INVALID, "model", text, text_len, "'model' must be a string");
+    if (!status && json_is_string(mv)) {
+        const char *label = NULL;
+        srv_error e;
+        if (srv_lora_resolve(&s->lora, s->model_id, json_string_value(mv), NULL, NULL, -1,
+                             &job.lora, &label, &e))
+            status = err_out(e.kind, e.param[0] ? e.param : NULL, text, text_len, "%s", e.message);
+        else if (label && !(job.label = strdup(label)))
+            status = err_out(KILN_E_NOMEM, NULL, text, text_len, "out of memory");
+    } else if (!status) {
+        srv_error e; /* no model: the --lora-default adapter, if any */
+        srv_lora_resolve(&s->lora, s->model_id, NULL, NULL, NULL, -1, &job.lora, NULL, &e);
+    }
     if (!status) status = parse_inputs(s, json_object_get(root, "input"), prefix, &job, text, text_len);
     json_decref(root);
     /* a window of twice the batch keeps every slot busy without flooding the queue */

@@ -40,6 +40,8 @@ static const err_row rows[SRV_E_END] = {
     [SRV_E_CTX_BUDGET] = {400, "memory_admission", "context_over_budget"},
     [SRV_E_KV_BUDGET] = {400, "memory_admission", "kv_over_budget"},
     [SRV_E_OVERLOADED] = {503, "server_error", "overloaded"},
+    [SRV_E_CONFLICT] = {409, "invalid_request_error", "conflict"},
+    [SRV_E_FORBIDDEN] = {403, "permission_error", "forbidden"},
 };
 
 static const err_row *row(int kind)

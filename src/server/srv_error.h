@@ -25,6 +25,8 @@ typedef enum {
     SRV_E_CTX_BUDGET,              /* the prompt alone fills the memory-admission limit (400) */
     SRV_E_KV_BUDGET,               /* the request alone is over --kv-budget (400) */
     SRV_E_OVERLOADED,              /* every connection slot or the request memory is busy (503) */
+    SRV_E_CONFLICT,                /* the state forbids it: a name taken, the default adapter (409) */
+    SRV_E_FORBIDDEN,               /* an admin action over TCP without --api-key (403) */
     SRV_E_END
 } srv_ecode;
 

@@ -304,7 +304,8 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
     p.spec_max_draft = r->spec_max_draft;
     uint64_t base = r->set & SRV_SET_SEED ? r->sp.seed
                                          : mix64((uint64_t)time(NULL) ^ (atomic_fetch_add(&s->next_id, 1) << 20));
-    for (int i = 0; i < r->n; i++) {
+    int rc = 0;
+    for (int i = 0; i < r->n && !rc; i++) {
         kiln_err err;
         p.sp.seed = base + (uint64_t)i;
         p.seed_random = !(r->set & SRV_SET_SEED); /* checkpoints: resume by state, not seed */
@@ -313,10 +314,12 @@ static int submit_all(srv_gen *g, eng_engine *eng, const int32_t *ids, int32_t n
             *e = srv_error_from(&err, err.code == KILN_E_INVALID ? "" : NULL);
             if (err.code == KILN_E_BUDGET)
                 e->kind = SRV_E_KV_BUDGET; /* the engine's --kv-budget check */
-            return -1;
+            rc = -1;
         }
     }
-    return 0;
+    /* each submitted request holds its own references to the adapters */
+    mdl_lora_set_release(&p.lora);
+    return rc;
 }
 
 static void active_add(srv_server *s, srv_gen *g)

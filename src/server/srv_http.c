@@ -64,6 +64,7 @@ typedef enum {
     R_CACHE_FLUSH,
     R_EMBEDDINGS,
     R_CONVERSATIONS,
+    R_ADAPTERS,
     R_WEBUI
 } route_id;
 
@@ -95,6 +96,7 @@ static const route routes[] = {
 /* Routes matched by prefix: the conversations tree, and the chat page's files (public:
  * the page itself holds nothing; the API calls it makes need the key). */
 static const route conv_route = {"/v1/conversations", NULL, R_CONVERSATIONS, 0, 0};
+static const route adapters_route = {"/v1/adapters", NULL, R_ADAPTERS, 0, 0}; /* and /NAME */
 static const route model_route = {"/v1/models/", "GET", R_MODEL, 0, 0}; /* /v1/models/{id} */
 static const route webui_route = {"/", "GET", R_WEBUI, 1, 0};
 
@@ -106,6 +108,7 @@ static const route *find_route(const char *url)
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (strlen(routes[i].path) == n && !memcmp(routes[i].path, url, n)) return &routes[i];
     if (!strncmp(url, "/v1/conversations", 17) && (url[17] == 0 || url[17] == '/')) return &conv_route;
+    if (!strncmp(url, "/v1/adapters", 12) && (url[12] == 0 || url[12] == '/')) return &adapters_route;
     if (!strncmp(url, "/v1/models/", 11) && n > 11) return &model_route;
     if (srv_webui_find(url)) return &webui_route;
     return NULL;
@@ -470,6 +473,13 @@ static MHD_RESULT dispatch(srv_conn *cn, struct MHD_Connection *c)
     case R_CACHE_FLUSH: status = srv_route_cache_flush(s, &body); break;
     case R_EMBEDDINGS: return do_embeddings(cn, c);
     case R_CONVERSATIONS: return do_conversations(cn, c);
+    case R_ADAPTERS: {
+        size_t ul = strlen(cn->url);
+        if (ul > 12 && cn->url[ul - 1] == '/') cn->url[ul - 1] = 0; /* a trailing '/' is forgiven */
+        status = srv_route_adapters(s, cn->method, cn->url + 12, b, cn->body.len,
+                                    cn->via_unix || s->api_key != NULL, &body);
+        break;
+    }
     case R_WEBUI: return do_webui(cn, c);
     case R_METRICS: {
         srv_buf t = {0};
@@ -933,12 +943,14 @@ kiln_code srv_start(const srv_config *c, srv_server **out, kiln_err *err)
     s->unix_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    srv_lora_table_init(&s->lora, NULL, 0, -1, NULL); /* empty until srv_attach */
     s->host = strdup(c->host ? c->host : "127.0.0.1");
     s->model_id = strdup(c->model_id ? c->model_id : "kiln");
     s->model_dir = dup_or_null(c->model_dir);
     s->api_key = c->api_key && c->api_key[0] ? strdup(c->api_key) : NULL;
     s->metrics = srv_metrics_new();
     s->t_start = plat_now();
+    s->t_created = time(NULL);
     if (srv_rstore_create(c->responses_ttl_s, c->responses_store_bytes, &s->rstore, err) ||
         (c->grammar_cache_bytes && gr_cache_create(c->grammar_cache_bytes, &s->gcache, err))) {
         srv_stop(s);
@@ -1026,7 +1038,12 @@ kiln_code srv_attach(srv_server *s, const srv_model *m, kiln_err *err)
     if (m->default_adapter && dflt < 0)
         return kiln_fail(err, KILN_E_INVALID, "--lora-default %s: no adapter of that name",
                          m->default_adapter);
+    srv_lora_table_free(&s->lora); /* the empty table srv_start made */
     kiln_code lrc = srv_lora_table_init(&s->lora, m->adapters, m->n_adapters, dflt, err);
+    s->model = m->model;
+    s->lora_hot_cap = m->lora_hot_bytes;
+    if (!lrc && m->lora_dir && !(s->lora_dir = strdup(m->lora_dir)))
+        lrc = kiln_fail(err, KILN_E_NOMEM, "out of memory");
     if (lrc) return lrc;
     if (s->model_dir) {
         kiln_err e2;
@@ -1121,6 +1138,7 @@ void srv_stop(srv_server *s)
     pthread_cond_destroy(&s->cv);
     free(s->host);
     srv_lora_table_free(&s->lora);
+    free(s->lora_dir);
     free(s->model_id);
     free(s->model_dir);
     free(s->api_key);

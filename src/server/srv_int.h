@@ -5,6 +5,7 @@
 #define KILN_SRV_INT_H
 
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -32,7 +33,10 @@ struct srv_server {
     _Atomic(eng_engine *) engine; /* BORROWED; NULL until srv_attach */
     const tok_tokenizer *tok;     /* BORROWED; set before engine */
     srv_chat *chat;               /* OWNED; NULL: no chat template */
-    srv_lora_table lora;          /* OWNED: adapters by name (srv_lora.h), fixed at srv_attach */
+    srv_lora_table lora;          /* OWNED: adapters by name (srv_lora.h), filled at srv_attach */
+    const mdl_model *model;       /* BORROWED (srv_attach): what adapters load against */
+    char *lora_dir;               /* OWNED: --lora-dir (hot loads come only from it); NULL = none */
+    uint64_t lora_hot_cap;        /* --lora-memory bytes for hot loads; 0 = no cap */
     srv_rstore *rstore;           /* OWNED: Responses API store (previous_response_id) */
     gr_cache *gcache;             /* OWNED: compiled grammars (--grammar-cache); NULL = off */
     srv_tc_family tool_family;    /* how tool calls are parsed (set by srv_attach) */
@@ -41,6 +45,7 @@ struct srv_server {
     _Atomic int stopping;         /* set by srv_quiesce: new requests get 503 */
     _Atomic uint64_t next_id;     /* request ids and unseeded RNG seeds */
     double t_start;
+    time_t t_created; /* wall clock at start: every /v1/models entry's "created" */
     pthread_mutex_t mu;           /* guards active list */
     pthread_cond_t cv;            /* signalled when a gen leaves the list */
     srv_gen *active;              /* generations in flight (srv_gen.c) */
@@ -89,6 +94,10 @@ int srv_route_metrics(srv_server *s, srv_buf *text);
 int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body);
 int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **body);
 int srv_route_detokenize(srv_server *s, const char *req, size_t len, json_t **body);
+/* /v1/adapters[/NAME] (srv_lora_api.c): GET lists, POST loads from --lora-dir,
+ * DELETE unloads; admin: the caller may change the table (unix socket or API key). */
+int srv_route_adapters(srv_server *s, const char *method, const char *rest, const char *body_text,
+                       size_t len, int admin, json_t **body);
 /* POST /v1/embeddings (srv_embed.c): the status; *text (OWNED) is the JSON body, or
  * NULL with status 499 when the client went away. alive is polled while waiting. */
 int srv_route_embeddings(srv_server *s, const char *req, size_t len, srv_alive_fn alive,

@@ -30,7 +30,7 @@ static int fail_err(json_t **body, const kiln_err *err, const char *param)
 
 int srv_route_models(srv_server *s, json_t **body)
 {
-    time_t created = time(NULL) - (time_t)(plat_now() - s->t_start);
+    time_t created = s->t_created; /* one value: list and retrieve agree to the second */
     *body = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
                       s->model_id, "object", "model", "created", (json_int_t)created, "owned_by",
                       "kiln", "max_model_len", (int)s->cfg.ctx);
@@ -122,6 +122,7 @@ static json_t *admission_json(const srv_server *s, const eng_stats *st)
     json_object_set_new(o, "usable_bytes",
                         a->budget_bytes ? json_integer((json_int_t)a->usable_bytes) : json_null());
     json_object_set_new(o, "overhead_bytes", json_integer((json_int_t)a->overhead_bytes));
+    json_object_set_new(o, "adapter_bytes", json_integer((json_int_t)a->adapter_bytes));
     json_object_set_new(o, "kv_bytes_per_token",
                         json_integer((json_int_t)a->fit.kv_bytes_per_token));
     json_object_set_new(o, "kv_projected_bytes", json_integer((json_int_t)st->kv_projected_bytes));

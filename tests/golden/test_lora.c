@@ -9,9 +9,11 @@
  *   - 8 sequences with 4 different adapter sets and 2 without in one step, chunked
  *     differently: each row's logits bitwise what it gets alone;
  *   - refusals: another base (shape, naming the tensor), DoRA, modules_to_save,
- *     a missing folder / tensor file, an adapter from another model in a step.
+ *     a missing folder / tensor file, an adapter from another model in a step;
+ *   - the server's adapter table: references across unload (hot load/unload).
  */
 #include "test_model.h"
+#include "server/srv_lora.h"
 
 #include <sys/stat.h>
 
@@ -236,7 +238,7 @@ static void test_info(void)
     eng_runtime_close(rt);
 }
 
-/* 8 sequences, 4 adapter sets + 2 without, one step at a time together, with
+/* 8 sequences, 4 adapter sets (two rows each for two of them) + 2 without, one step at a time together, with
  * ragged chunks: each sequence's logits bitwise what it gets alone in one chunk. */
 static void test_mixed_batch_is_bitwise_each_alone(void)
 {
@@ -247,12 +249,15 @@ static void test_mixed_batch_is_bitwise_each_alone(void)
         mdl_lora *a = load(rt, peft8), *b = load(rt, rs16), *c = load(rt, mlx4),
                  *d = load(rt, stack2);
         ASSERT_TRUE(a && b && c && d);
-        mdl_lora_set sets[4] = {{.n = 1, .a = {a}, .scale = {1}},
+        /* sets[4] is sets[0] by value, not by pointer: rows 0 and 6 form one group
+         * whose tiles (mdl_lora_plan) span sequences; rows 3 and 7 share sets[2] */
+        mdl_lora_set sets[5] = {{.n = 1, .a = {a}, .scale = {1}},
                                 {.n = 1, .a = {b}, .scale = {0.7f}},
                                 {.n = 1, .a = {c}, .scale = {1}},
-                                {.n = 2, .a = {a, d}, .scale = {1, 0.5f}}};
+                                {.n = 2, .a = {a, d}, .scale = {1, 0.5f}},
+                                {.n = 1, .a = {a}, .scale = {1}}};
         const mdl_lora_set *use[8] = {&sets[0], NULL, &sets[1], &sets[2],
-                                      &sets[3], NULL, &sets[0], &sets[2]};
+                                      &sets[3], NULL, &sets[4], &sets[2]};
         int64_t V = mdl_vocab(rt->model);
         int32_t lens[8] = {20, 13, 17, 9, 20, 5, 11, 16};
         float *alone = malloc(sizeof(float) * (size_t)V * 8),
@@ -295,6 +300,50 @@ static void test_mixed_batch_is_bitwise_each_alone(void)
         mdl_lora_free(a), mdl_lora_free(b), mdl_lora_free(c), mdl_lora_free(d);
         eng_runtime_close(rt);
     }
+}
+
+/* The server's table (srv_lora.c) with references: an adapter unloaded while a
+ * request's set holds it stays usable until the set is released, and the last
+ * release frees it (ASan+LSan in the sanitizer build see a use after free or a
+ * leak); add/remove answer 409/404; the default adapter cannot be removed. */
+static void test_server_table_references(void)
+{
+    eng_runtime *rt = open_rt(base, 1, 1);
+    ASSERT_TRUE(rt != NULL);
+    mdl_lora *a = load(rt, peft8), *b = load(rt, mlx4), *c = load(rt, rs16);
+    ASSERT_TRUE(a && b && c);
+    kiln_err err;
+    srv_lora_table t;
+    srv_adapter ads[2] = {{.name = "a", .lora = a}, {.name = "b", .lora = b}};
+    ASSERT_OK(srv_lora_table_init(&t, ads, 2, 1, &err));
+    mdl_lora_free(a); /* the table holds its own references now */
+    mdl_lora_free(b);
+    srv_error e;
+    ASSERT_TRUE(srv_lora_add(&t, "c", c, &e) == 0);
+    mdl_lora *c2 = load(rt, rs16);
+    ASSERT_TRUE(srv_lora_add(&t, "a", c2, &e) == -1 && srv_error_status(e.kind) == 409);
+    mdl_lora_set set;
+    char *names[1] = {"c"};
+    float sc[1] = {0.5f};
+    ASSERT_TRUE(srv_lora_resolve(&t, "base", NULL, names, sc, 1, &set, NULL, &e) == 0);
+    ASSERT_TRUE(set.n == 1 && set.a[0] == c);
+    ASSERT_TRUE(srv_lora_remove(&t, "c", &e) == 0);
+    ASSERT_TRUE(!srv_lora_has(&t, "c"));
+    ASSERT_TRUE(srv_lora_resolve(&t, "base", NULL, names, sc, 1, &(mdl_lora_set){0}, NULL, &e) ==
+                    -1 &&
+                srv_error_status(e.kind) == 404);
+    /* the set still holds c: it is whole (its info and namespace are readable) */
+    ASSERT_TRUE(mdl_lora_get_info(set.a[0]).rank == 16 && mdl_lora_set_ns(&set, 7) != 7);
+    mdl_lora_set_release(&set); /* the last reference: c is freed here */
+    ASSERT_TRUE(srv_lora_remove(&t, "b", &e) == -1 && srv_error_status(e.kind) == 409); /* default */
+    ASSERT_TRUE(srv_lora_remove(&t, "zz", &e) == -1 && srv_error_status(e.kind) == 404);
+    /* no model field: the default adapter, retained */
+    ASSERT_TRUE(srv_lora_resolve(&t, "base", NULL, NULL, NULL, -1, &set, NULL, &e) == 0);
+    ASSERT_TRUE(set.n == 1 && set.a[0] == b);
+    srv_lora_table_free(&t); /* b lives on in set */
+    ASSERT_TRUE(mdl_lora_get_info(set.a[0]).rank == 4);
+    mdl_lora_set_release(&set);
+    eng_runtime_close(rt);
 }
 
 static void write_file(const char *path, const char *text)
@@ -387,5 +436,6 @@ int main(void)
     RUN(test_info);
     RUN(test_mixed_batch_is_bitwise_each_alone);
     RUN(test_refusals);
+    RUN(test_server_table_references);
     return TEST_DONE();
 }

@@ -9,8 +9,10 @@
  * plus grammar rows and rows with drafting off, alone and together, equal
  * to drafting off token for token and logprob for logprob; pool counts of
  * the target after a run equal a plain run's and the drafter's pool holds
- * nothing active; 8-bit quantized KV in both pools keeps identity; a
- * request for "draft" without a draft model is refused;
+ * nothing active; 8-bit quantized KV in both pools keeps identity; so do
+ * a long prompt's chunked catch-up and preemption in a small pool; a
+ * cancelled drafting request frees both pools; a request for "draft"
+ * without a draft model is refused;
  * --memory-budget planning counts the draft model.
  */
 #include "engine/eng_admit.h"
@@ -162,6 +164,7 @@ static eng_runtime *rt;
 static tok_tokenizer *tok;
 static eng_draft *draft;
 static kv_quant_mode kvq = KV_QUANT_OFF; /* the target's KV format (the drafter follows it) */
+static int32_t nblocks = 0;              /* the pools' size (0: batch x ctx) */
 
 /* An engine on the target with drafter ddir (NULL: none). */
 static eng_engine *start(const char *ddir, int adaptive)
@@ -174,6 +177,7 @@ static eng_engine *start(const char *ddir, int adaptive)
     o.block_tokens = 8;
     o.max_step_tokens = 64;
     o.kv_quant = kvq;
+    o.n_blocks = nblocks;
     if (eng_runtime_open(target_dir, &o, &rt, &err)) return NULL;
     if (tok_load(target_dir, &tok, &err)) return NULL;
     draft = NULL;
@@ -300,7 +304,9 @@ static void check_identity(eng_engine *e, eng_params *ps, int n, collected *alon
     ASSERT_EQ_U64(st.spec_by[ENG_SPEC_DRAFT].accepted, st.spec.accepted);
     ASSERT_EQ_U64(st.spec_by[ENG_SPEC_DRAFT].drafted, st.spec.drafted);
     ASSERT_EQ_U64(st.spec_by[ENG_SPEC_NGRAM].drafted, 0);
-    ASSERT_TRUE(st.draft.forwards > 0 && st.draft.drafted >= st.spec.drafted);
+    /* (with the adaptive rules a slow machine may decline every draft) */
+    ASSERT_TRUE(st.draft.drafted >= st.spec.drafted);
+    ASSERT_TRUE(st.spec.drafted == 0 || st.draft.forwards > 0);
     fprintf(stderr, "  drafted %llu accepted %llu rows %llu draft forwards %llu catch-up %llu\n",
             (unsigned long long)st.spec.drafted, (unsigned long long)st.spec.accepted,
             (unsigned long long)st.spec.rows, (unsigned long long)st.draft.forwards,
@@ -427,6 +433,66 @@ static void test_long_prompt_catch_up_is_chunked(void)
     stop_all(e);
 }
 
+/* A pool too small for the batch (40 blocks of 8 for 8 rows of ~107
+ * positions): rows are preempted and resumed, their draft sequences dropped
+ * and caught up again, drafts that find no room in the draft pool skipped;
+ * the output still equals drafting off, and nothing is held at the end. */
+static void test_identity_under_preemption(void)
+{
+    ASSERT_TRUE(make_models() == 0);
+    nblocks = 40;
+    eng_engine *e = start(target_dir, 0);
+    nblocks = 0;
+    ASSERT_TRUE(e != NULL);
+    eng_bias bias = {40, 2.0f};
+    eng_params ps[10];
+    mixed_params(ps, &bias, NULL, NULL);
+    collected alone[16];
+    check_identity(e, ps, 8, alone);
+    eng_stats st = eng_get_stats(e);
+    ASSERT_TRUE(st.preemptions > 0);
+    ASSERT_TRUE(st.spec.accepted > 0);
+    fprintf(stderr, "  preemptions %llu, draft rows dropped for room %llu\n",
+            (unsigned long long)st.preemptions, (unsigned long long)st.draft.dropped_rows);
+    stop_all(e);
+}
+
+/* A request cancelled while it drafts: its target and draft sequences go. */
+static void test_cancel_while_drafting_frees_both_pools(void)
+{
+    ASSERT_TRUE(make_models() == 0);
+    eng_engine *e = start(target_dir, 0);
+    ASSERT_TRUE(e != NULL);
+    kiln_err err;
+    eng_params ps[10];
+    mixed_params(ps, NULL, NULL, NULL); /* fills the prompt */
+    eng_params p = eng_params_default();
+    p.prompt = prompt;
+    p.n_prompt = 40;
+    p.max_tokens = 400;
+    p.ignore_eos = true;
+    p.spec = ENG_SPEC_DRAFT;
+    eng_handle *h;
+    ASSERT_OK(eng_submit(e, &p, &h, &err));
+    eng_event ev;
+    for (int i = 0; i < 20; i++) {
+        ASSERT_EQ_I64(eng_handle_next(h, &ev, 60000), 0);
+        eng_event_clear(&ev);
+    }
+    eng_handle_release(h); /* gone between two verifications */
+    eng_stats st;
+    for (int i = 0; i < 3000; i++) {
+        st = eng_get_stats(e);
+        if (st.requests_finished == 1) break;
+        usleep(10000);
+    }
+    ASSERT_EQ_I64(st.requests_cancelled, 1);
+    ASSERT_TRUE(st.spec.drafted > 0);
+    ASSERT_EQ_I64(st.kv.n_active, 0);
+    ASSERT_EQ_I64(st.draft.kv.n_active, 0);
+    stop_all(e);
+}
+
 /* The target's pool after a run equals a plain run's (rejected drafts'
  * blocks back, the draft model's K/V never in it); the drafter's pool holds
  * nothing active and fits: no row was dropped for room. */
@@ -519,6 +585,8 @@ int main(void)
     RUN(test_identity_other_draft);
     RUN(test_identity_quantized_kv);
     RUN(test_long_prompt_catch_up_is_chunked);
+    RUN(test_identity_under_preemption);
+    RUN(test_cancel_while_drafting_frees_both_pools);
     RUN(test_pool_counts_equal_a_plain_run);
     RUN(test_budget_counts_the_draft_model);
     return TEST_DONE();
