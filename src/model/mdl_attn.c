@@ -231,10 +231,13 @@ static void head_items(void *ctx, int64_t g0, int64_t g1, int tid)
         }
 }
 
-/* Few tokens (decode, small batches) and KV heads that split evenly over the
+/* One token (single-stream decode) and KV heads that split evenly over the
  * threads: the per-head job above (one barrier instead of two). More tokens
- * keep the finer (sequence, head) split for attention. */
-#define HEAD_JOB_MAX_TOKENS 16
+ * keep q/k/v as one batched matmul and the finer (sequence, head) split for
+ * attention: at 16 the per-head job made 8-stream decode of the 1B 4-bit
+ * shape 2x slower (14.9 vs 29.6 tok/s, bench_lora b=8), since each head's
+ * rows of q/k/v then run through the row-range kernel token by token. */
+#define HEAD_JOB_MAX_TOKENS 1
 
 /* The fused path (s->fused, no LoRA): q/k/v and attention as one job per KV
  * head (few tokens), or q/k/v as one pool job with their biases and then one
