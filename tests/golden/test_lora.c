@@ -6,6 +6,7 @@
  *     mlx-lm (rank 4, last layer only; on a 4-bit MLX-quantized base): every
  *     position's logits within 1e-4 of the merged model, and visibly not the base's;
  *   - two adapters stacked: within 1e-4 of both merged in;
+ *   - one case against tools/ref_forward.py (float64 numpy) on the merged snapshot;
  *   - 8 sequences with 4 different adapter sets and 2 without in one step, chunked
  *     differently: each row's logits bitwise what it gets alone;
  *   - refusals: another base (shape, naming the tensor), DoRA, modules_to_save,
@@ -154,6 +155,41 @@ static void check_oracle(const char *base_dir, const char **dirs, const float *s
     eng_runtime_close(rm);
     ASSERT_TRUE(d <= tol);
     ASSERT_TRUE(off > 1e-2); /* the adapter changes the logits: the comparison means something */
+}
+
+/* One case against float64: tools/ref_forward.py (numpy, float64) on the merged
+ * PEFT snapshot vs kiln's base + adapter, every position. */
+static void test_float64_reference(void)
+{
+    char out[600], cmd[2400], ids[256];
+    snprintf(out, sizeof out, "%s/test-models/lora/ref64-peft8.f32", KILN_BINARY_DIR);
+    int o = 0;
+    for (int32_t i = 0; i < NIDS; i++)
+        o += snprintf(ids + o, sizeof ids - (size_t)o, "%s%d", i ? "," : "", (int)IDS[i]);
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 " KILN_SOURCE_DIR "/tools/ref_forward.py --model '%s' --tokens %s "
+             "--out '%s' >/dev/null",
+             merged_peft8, ids, out);
+    ASSERT_TRUE(sh(cmd) == 0);
+    kiln_err err;
+    eng_runtime *rt = open_rt(base, 1, 2);
+    ASSERT_TRUE(rt != NULL);
+    mdl_lora_set set = {.n = 1, .a = {load(rt, peft8)}, .scale = {1}};
+    ASSERT_TRUE(set.a[0] != NULL);
+    int64_t V = mdl_vocab(rt->model);
+    size_t cnt = (size_t)V * NIDS;
+    float *got = malloc(sizeof(float) * cnt), *want = malloc(sizeof(float) * cnt);
+    ASSERT_TRUE(got && want);
+    ASSERT_OK(run_seq(rt, IDS, NIDS, 7, &set, got, &err));
+    FILE *f = fopen(out, "rb");
+    ASSERT_TRUE(f && fread(want, sizeof(float), cnt, f) == cnt);
+    fclose(f);
+    double d = tm_max_abs_diff(got, want, cnt);
+    fprintf(stderr, "  float64 reference (ref_forward.py on merged-peft8): max |diff| %.3g\n", d);
+    mdl_lora_free((mdl_lora *)set.a[0]);
+    free(got), free(want);
+    eng_runtime_close(rt);
+    ASSERT_TRUE(d <= 1e-4);
 }
 
 static void test_peft_rank8_all_targets(void)
@@ -429,6 +465,7 @@ int main(void)
         return 1;
     }
     RUN(test_peft_rank8_all_targets);
+    RUN(test_float64_reference);
     RUN(test_peft_rslora_rank16_bf16);
     RUN(test_mlx_rank4_last_layer);
     RUN(test_mlx_on_quantized_base);
