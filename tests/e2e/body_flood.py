@@ -47,13 +47,46 @@ def stats(url):
 
 
 def post(url, body, timeout=120):
-    req = urllib.request.Request(url + "/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    """POSTs body on a raw socket: (status, body, Retry-After). A server may answer
+    (413/503) before the body is all sent and close: the rest of the send then fails
+    with EPIPE/ECONNRESET, and the answer is still read (urllib raised instead)."""
+    u = urllib.parse.urlsplit(url)
+    s = socket.create_connection((u.hostname, u.port or 80), timeout=timeout)
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {u.hostname}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode()
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode(), r.headers.get("Retry-After")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(), e.headers.get("Retry-After")
+        s.sendall(head + body)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    data = b""
+    try:
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            data += c
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    hdr, _, rest = data.partition(b"\r\n\r\n")
+    lines = hdr.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1]) if lines and len(lines[0].split()) > 1 else 0
+    ra = None
+    for ln in lines[1:]:
+        k, _, v = ln.partition(":")
+        if k.strip().lower() == "retry-after":
+            ra = v.strip()
+        if k.strip().lower() == "transfer-encoding" and "chunked" in v.lower():
+            out, r = b"", rest  # de-chunk
+            while r:
+                n, _, r = r.partition(b"\r\n")
+                size = int(n.split(b";")[0] or b"0", 16)
+                if size == 0:
+                    break
+                out, r = out + r[:size], r[size + 2:]
+            rest = out
+    return status, rest.decode("utf-8", "replace"), ra
 
 
 def read_status(s):
