@@ -19,39 +19,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fuzz_files.h"
+
 #include "model/mdl_lora.h"
 #include "model/mdl_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define SEP "\n<KILN>\n"
-#define SEP_LEN 8
 
 static char root_[256], base_[300], ad_[300];
 static mdl_model *model_;
 
-static void put(const char *d, const char *name, const void *p, size_t n)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", d, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
 
-static void rm(const char *d, const char *name)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", d, name);
-    unlink(path);
-}
 
 static void cleanup(void)
 {
     mdl_free(model_);
-    rm(base_, "config.json");
-    rm(base_, "model.safetensors");
+    fuzz_rm(base_, "config.json");
+    fuzz_rm(base_, "model.safetensors");
     rmdir(base_);
     rmdir(ad_);
     rmdir(root_);
@@ -107,8 +92,8 @@ static int make_base(void)
     uint64_t hl = n;
     memcpy(file, &hl, 8); /* little-endian hosts only, like the loader's own tests */
     memcpy(file + 8, hdr, n);
-    put(base_, "config.json", cfg, sizeof cfg - 1);
-    put(base_, "model.safetensors", file, total);
+    fuzz_put(base_, "config.json", cfg, sizeof cfg - 1);
+    fuzz_put(base_, "model.safetensors", file, total);
     free(file);
     kiln_err err;
     return mdl_load(base_, &model_, &err) == KILN_OK ? 0 : -1;
@@ -131,24 +116,18 @@ static int init(void)
     return 0;
 }
 
-static const uint8_t *find_sep(const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i + SEP_LEN <= n; i++)
-        if (p[i] == '\n' && !memcmp(p + i, SEP, SEP_LEN)) return p + i;
-    return NULL;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (init()) return 0;
-    const uint8_t *sep = find_sep(data, size);
+    const uint8_t *sep = fuzz_find_sep(data, size);
     size_t cl = sep ? (size_t)(sep - data) : size;
-    put(ad_, "adapter_config.json", data, cl);
+    fuzz_put(ad_, "adapter_config.json", data, cl);
     if (sep) {
-        const uint8_t *t = sep + SEP_LEN;
-        size_t tl = size - cl - SEP_LEN;
-        put(ad_, "adapter_model.safetensors", t, tl);
-        put(ad_, "adapters.safetensors", t, tl);
+        const uint8_t *t = sep + FUZZ_SEP_LEN;
+        size_t tl = size - cl - FUZZ_SEP_LEN;
+        fuzz_put(ad_, "adapter_model.safetensors", t, tl);
+        fuzz_put(ad_, "adapters.safetensors", t, tl);
     }
     kiln_err err;
     err.code = KILN_OK;
@@ -170,8 +149,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (getenv("KILN_FUZZ_VERBOSE")) {
         fprintf(stderr, "refused: %s\n", err.msg);
     }
-    rm(ad_, "adapter_config.json");
-    rm(ad_, "adapter_model.safetensors");
-    rm(ad_, "adapters.safetensors");
+    fuzz_rm(ad_, "adapter_config.json");
+    fuzz_rm(ad_, "adapter_model.safetensors");
+    fuzz_rm(ad_, "adapters.safetensors");
     return 0;
 }

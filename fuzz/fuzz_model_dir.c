@@ -19,12 +19,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_files.h"
+
 #include "model/mdl_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define SEP "\n<KILN>\n"
-#define SEP_LEN 8
 #define N_PARTS 5
 
 static char dir_[256];
@@ -51,22 +51,7 @@ static const char *const NAMES[] = {"config.json", "model.safetensors",
                                     "model-00002-of-00002.safetensors",
                                     "model.safetensors.index.json", "generation_config.json"};
 
-static void put(const char *d, const char *name, const uint8_t *p, size_t n)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", d, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
 
-static const uint8_t *find_sep(const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i + SEP_LEN <= n; i++)
-        if (p[i] == '\n' && !memcmp(p + i, SEP, SEP_LEN)) return p + i;
-    return NULL;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -76,20 +61,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len[N_PARTS] = {0};
     int n = 0;
     for (const uint8_t *p = data, *end = data + size; n < N_PARTS;) {
-        const uint8_t *s = find_sep(p, (size_t)(end - p));
+        const uint8_t *s = fuzz_find_sep(p, (size_t)(end - p));
         part[n] = p;
         len[n++] = s ? (size_t)(s - p) : (size_t)(end - p);
         if (!s) break;
-        p = s + SEP_LEN;
+        p = s + FUZZ_SEP_LEN;
     }
-    put(d, NAMES[0], part[0], len[0]);
-    if (n == 2) put(d, NAMES[1], part[1], len[1]);
+    fuzz_put(d, NAMES[0], part[0], len[0]);
+    if (n == 2) fuzz_put(d, NAMES[1], part[1], len[1]);
     if (n >= 3) {
-        put(d, NAMES[2], part[1], len[1]);
-        put(d, NAMES[3], part[2], len[2]);
+        fuzz_put(d, NAMES[2], part[1], len[1]);
+        fuzz_put(d, NAMES[3], part[2], len[2]);
     }
-    if (n >= 4 && len[3]) put(d, NAMES[4], part[3], len[3]);
-    if (n >= 5 && len[4]) put(d, NAMES[5], part[4], len[4]);
+    if (n >= 4 && len[3]) fuzz_put(d, NAMES[4], part[3], len[3]);
+    if (n >= 5 && len[4]) fuzz_put(d, NAMES[5], part[4], len[4]);
     mdl_model *m = NULL;
     kiln_err err;
     err.code = KILN_OK;
@@ -106,10 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (getenv("KILN_FUZZ_VERBOSE")) {
         fprintf(stderr, "refused: %s\n", err.msg);
     }
-    for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", d, NAMES[i]);
-        unlink(path);
-    }
+    for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++)
+        fuzz_rm(d, NAMES[i]);
     return 0;
 }
