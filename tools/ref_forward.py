@@ -453,9 +453,7 @@ class Qwen35(Model):
             self.head = self.embed
         else:
             self.head = self.matrix(head)
-        self.mtp = None
-        if "mtp.fc.weight" in self.st or "mtp.fc.scales" in self.st:
-            self.mtp = self._load_mtp()
+        self.mtp = None  # loaded by mtp_forward (some snapshots carry only part of a head)
 
     def _load_mtp(self):
         """The multi-token-prediction head (docs/hybrid.md, MTP): fc [H, 2H], the two pre-fc
@@ -479,9 +477,11 @@ class Qwen35(Model):
         """MTP logits [n, vocab]: row i reads the model's final-normed hidden state at position
         p0 + i (hidden[i]) and the token after it (next_ids[i]), attends over the head's own K/V
         of positions p0 .. p0 + i, and predicts the token after next_ids[i]."""
+        if self.mtp is None:
+            if "mtp.pre_fc_norm_hidden.weight" not in self.st:
+                raise SystemExit("qwen3_5: no mtp.* head in this snapshot")
+            self.mtp = self._load_mtp()
         t = self.mtp
-        if t is None:
-            raise SystemExit("qwen3_5: no mtp.* head in this snapshot")
         n = len(next_ids)
         e = self.embed[np.asarray(next_ids, dtype=np.int64)]
         x = np.concatenate([self.rms(e, t["norm_e"]), self.rms(hidden, t["norm_h"])], axis=-1)
