@@ -15,7 +15,8 @@
  * llama3: a call object, or text that does not start with '{'; mistral: the
  * call array after the [TOOL_CALLS] token (a trigger: it is special).
  * Gemma 4's arguments are its own syntax, with its special tokens as
- * terminals (gr_special). FunctionGemma (<start_function_call>): prefill only.
+ * terminals (gr_special); in auto mode its calls start at the <|tool_call>
+ * token (a trigger). FunctionGemma (<start_function_call>): prefill only.
  * Threads: no shared state; HTTP threads.
  */
 #include "server/srv_constraint.h"
@@ -549,22 +550,38 @@ static gr_expr g4_call(cb *c, gr_expr *named_args)
     return gr_alt(b, alts, n);
 }
 
-/* After the prefill (<|tool_call>call: or <|tool_call>call:NAME): the call,
- * its end marker, then more calls when parallel. */
-static gr_expr g4_forced(cb *c)
+/* The calls after <|tool_call>: `call:` unless the prefill wrote it (forced),
+ * the call (named: its arguments, the name is in the prefill), its end
+ * marker, then more calls when parallel. */
+static gr_expr g4_calls(cb *c, bool forced)
 {
     gr_builder *b = c->b;
     gr_expr named_args;
     gr_expr call = g4_call(c, &named_args);
     if (call < 0) return -1;
-    gr_expr close = g4_mark(c, G4_CLOSE);
+    gr_expr close = g4_mark(c, G4_CLOSE), head = gr_str(b, "call:");
     gr_expr more = gr_seq(b, NULL, 0);
     if (c->r->parallel_tool_calls) {
-        gr_expr x[] = {g4_mark(c, G4_OPEN), gr_str(b, "call:"), call, close};
+        gr_expr x[] = {g4_mark(c, G4_OPEN), head, call, close};
         more = gr_rep(b, gr_seq(b, x, 4), 0, -1);
     }
-    gr_expr x[] = {c->r->tool_choice == SRV_TOOLS_NAMED ? named_args : call, close, more};
+    gr_expr first = !forced                                 ? gr_seq2(b, head, call)
+                    : c->r->tool_choice == SRV_TOOLS_NAMED ? named_args
+                                                            : call;
+    gr_expr x[] = {first, close, more};
     return gr_seq(b, x, 3);
+}
+
+/* Auto: free until the model writes <|tool_call> (a special token: the
+ * trigger), then held like a forced call. 0 with *trig set, -2 when the
+ * tokenizer has no such special token (free). */
+static int g4_trigger(cb *c, int32_t *trig)
+{
+    const tok_tokenizer *tok = c->cx->tok;
+    int32_t id = tok ? tok_piece_to_id(tok, G4_OPEN, strlen(G4_OPEN)) : -1;
+    if (id < 0 || !tok_is_special(tok, id)) return -2;
+    *trig = id;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the rest */
@@ -607,7 +624,7 @@ static gr_expr forced_calls(cb *c)
         }
         return gr_seq2(b, gr_rep(b, gr_str(b, " "), 0, 1), mistral_array(c));
     case SRV_TC_GEMMA4:
-        return g4_forced(c);
+        return g4_calls(c, true);
     default:
         return -2; /* not constrained (FunctionGemma: prefill only) */
     }
@@ -658,6 +675,20 @@ static gr_expr auto_calls(cb *c, gr_expr content, int32_t *trig, int32_t *n_trig
         }
         trig[(*n_trig)++] = id;
         return gr_seq2(b, gr_rep(b, gr_str(b, " "), 0, 1), mistral_array(c));
+    }
+    case SRV_TC_GEMMA4: {
+        int32_t id;
+        if (content < 0 && !g4_trigger(c, &id)) {
+            trig[(*n_trig)++] = id;
+            return g4_calls(c, false);
+        }
+        if (content < 0) return -2; /* no <|tool_call> token: free */
+        kiln_err err;
+        kiln_fail(&err, KILN_E_UNSUPPORTED,
+                  "a response format together with tools in auto mode is "
+                  "not supported for Gemma 4's tool-call format; use tool_choice none or required");
+        c->field = "response_format";
+        return fail_from(c, &err);
     }
     default:
         if (content >= 0) {
@@ -833,7 +864,7 @@ static int build_uncached(const srv_request *r, const srv_cctx *cx, gr_grammar *
         tools && (r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED);
     gr_options o = gr_options_default();
     o.json_ws_max = cx->ws_max;
-    if (forced && cx->family == SRV_TC_GEMMA4) o.json_ws_max = 0; /* as the template writes it */
+    if (tools && cx->family == SRV_TC_GEMMA4) o.json_ws_max = 0; /* as the template writes it */
     o.max_ms = cx->compile_ms;
     kiln_err err;
     gr_builder *b;
@@ -852,7 +883,10 @@ static int build_uncached(const srv_request *r, const srv_cctx *cx, gr_grammar *
         if (tools) c.field = "tools";
         body = tools ? auto_calls(&c, content >= 0 ? content : -1, trig, n_trig) : content;
         if (body == -2 && content >= 0) body = content;
-        if (body >= 0 && r->api != SRV_API_COMPLETION && (content >= 0 || *n_trig))
+        /* Gemma 4's calls start at their own trigger, wherever the model is:
+         * a think block before them needs no grammar */
+        bool g4 = tools && cx->family == SRV_TC_GEMMA4 && content < 0;
+        if (body >= 0 && r->api != SRV_API_COMPLETION && (content >= 0 || *n_trig) && !g4)
             body = think_wrap(&c, body, trig, n_trig);
     }
     if (body == -2) { /* nothing to enforce */

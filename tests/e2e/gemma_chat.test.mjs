@@ -8,7 +8,8 @@
 // holds the rest in Gemma 4's syntax (srv_constraint.c: {key:value,...},
 // strings between the <|"|> special token, <tool_call|> as the special token),
 // so every reply, greedy or sampled, is a call whose arguments validate against
-// the tool's schema (Debian's python3-jsonschema); a conversation that ends in
+// the tool's schema (Debian's python3-jsonschema); in auto mode a call the
+// model opens (logit_bias on <|tool_call>) is held the same way; a conversation that ends in
 // a tool response with thinking on makes the template open the thought
 // channel, and logit_bias on "a" makes the reasoning "aaaa". The point is
 // protocol shape: markup never reaches content, calls and reasoning reach
@@ -133,6 +134,29 @@ test("chat: tool_choice required / named, greedy and sampled: every reply is a v
     }
   }
   assert.deepEqual(invalid(pairs), []);
+});
+
+test("auto: a call the model opens itself (<|tool_call>) is held the same way, greedy and sampled", async () => {
+  // the random model is made to open a call: logit_bias on the <|tool_call> token (the grammar's trigger)
+  const pairs = [];
+  for (const [temperature, seed] of DRAWS) for (const par of [false, true]) {
+    const r = await oa.chat.completions.create({ model: "x", messages: [{ role: "user", content: "Anything." }],
+      tools: G_TOOLS, max_tokens: 200, temperature, seed, parallel_tool_calls: par,
+      logit_bias: { [ID["<|tool_call>"]]: 100 } });
+    const c = r.choices[0], why = `t=${temperature} seed=${seed} par=${par}: ${JSON.stringify(c)}`;
+    assert.equal(c.finish_reason, "tool_calls", why);
+    assert.ok(c.message.tool_calls.length >= 1 && (par || c.message.tool_calls.length === 1), why);
+    for (const tc of c.message.tool_calls) {
+      assert.ok(tc.function.name in G_SCHEMA, why);
+      pairs.push([G_SCHEMA[tc.function.name], tc.function.arguments]);
+    }
+  }
+  assert.deepEqual(invalid(pairs), []);
+  // without the bias the model writes text: the grammar waits for a trigger that never comes
+  const t = await oa.chat.completions.create({ model: "x", messages: [{ role: "user", content: "Anything." }],
+    tools: G_TOOLS, max_tokens: 8, temperature: 0 });
+  assert.equal(t.choices[0].finish_reason, "length");
+  assert.ok(t.choices[0].message.content.length > 0 && !t.choices[0].message.tool_calls);
 });
 
 test("chat: streamed, a grammar-held call's argument fragments concatenate to the unstreamed arguments", async () => {
