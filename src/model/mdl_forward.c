@@ -187,6 +187,10 @@ static kiln_code check_batch(const mdl_ctx *cx, const kv_pool *kv, const mdl_seq
                         "given back",
                         (int)i, (long long)j, g, (int)s->pos0);
         }
+        if (cx->m->mtp && !s->hidden_in)
+            return kiln_fail(err, KILN_E_INVALID,
+                             "sequence %d: an MTP head needs the target's hidden states",
+                             (int)i);
         if (s->lora) {
             if (s->lora->n < 0 || s->lora->n > MDL_LORA_MAX_STACK)
                 return kiln_fail(err, KILN_E_INVALID, "sequence %d: %d adapters (limit %d)", (int)i,
@@ -435,6 +439,7 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
     arena_reset(&cx->ar);
     if ((rc = step_alloc(&s, err))) return rc;
     embed_tokens(&s);
+    if (m->mtp) mdl_mtp_inputs(&s);
     if (kv_pool_has_state(kv)) /* a sequence at its start has a zero recurrent state */
         for (int32_t i = 0; i < n_seqs; i++)
             if (seqs[i].pos0 == 0) {

@@ -97,6 +97,11 @@ struct mdl_model {
     float *pli_norm;              /* OWNED [P] per_layer_projection_norm */
     uint64_t fingerprint;
     mdl_info info;
+    /* an MTP head (mdl_load_mtp): layer 0 is mtp.layers.0, final_norm mtp.norm */
+    int mtp;
+    kn_mat mtp_fc;             /* [H, 2H]: fc over [norm_e(embed), norm_h(hidden)] */
+    float *mtp_norm_e;         /* OWNED [H] pre_fc_norm_embedding (1 + w in HF layout) */
+    float *mtp_norm_h;         /* OWNED [H] pre_fc_norm_hidden */
 };
 
 /* ---------------------------------------------------------------- mdl_tensors.c */
@@ -193,6 +198,12 @@ void mdl_attn_free(mdl_attn *a);
 /* mdl_delta.c: the gated DeltaNet mixer, the same contract; each sequence's
  * state lives in its state block (mdl_seq.state), snapshots as it asks. */
 void mdl_delta_forward(mdl_step *s);
+/* ---------------------------------------------------------------- mdl_mtp.c */
+/* Cuts the plan to the MTP head's one layer (a copy of the first full-attention
+ * layer's); checks the head is there. */
+kiln_code mdl_mtp_plan(mdl_model *m, kiln_err *err);
+kiln_code mdl_mtp_load(mdl_model *m, kiln_err *err); /* fc and the two pre-fc norms */
+void mdl_mtp_inputs(mdl_step *s); /* s->x: embeddings in, the layer's input rows out */
 kiln_code mdl_delta_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
 void mdl_delta_free(mdl_delta *d);
 /* mdl_mlp.c: the same contract. */
