@@ -512,7 +512,7 @@ int cli_serve(int argc, char **argv)
          "memory for stored /v1/responses conversations, least recently used evicted (default 64)",
          0},
         {"request-memory", CLI_FLOAT, &f.request_memory_mib, "MIB",
-         "memory for the bodies and parsed JSON of the requests in flight, inside --memory-budget; "
+         "memory for the bodies, parsed JSON and chat template renders of the requests in flight, inside --memory-budget; "
          "past it 503 + Retry-After (default 4 x --max-body: 16)",
          0},
         {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)",

@@ -194,7 +194,7 @@ static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
             }
         }
         if (rc) {
-            *e = srv_error_from(&err, "messages");
+            *e = srv_chat_error(&err, "messages");
             return -1;
         }
         bool open = g->think && srv_think_prompt_open_as(g->think_style, text, strlen(text));
