@@ -16,8 +16,11 @@
  * every position (eng_seq_draft_states, as verification does) and every draft
  * is rejected (the kept state copied back, timed with the step); with
  * --states 0 every draft is accepted (no copies): the difference is what
- * keeping per-position states costs. Each step moves the depth on by one
- * (states 1) or by 1 + d (states 0).
+ * keeping per-position states costs; with --states 2 every draft is rejected
+ * and rolled back the general way (eng_seq_truncate: the latest block-boundary
+ * snapshot, then the tokens after it replayed, inside the next step, as the
+ * engine would). Each step moves the depth on by one (states 1, 2) or by
+ * 1 + d (states 0).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +68,7 @@ int main(int argc, char **argv)
     eng_runtime_opts o = eng_runtime_opts_default();
     o.n_threads = threads;
     o.ctx = depth + 64 + rounds * 16 * 17; /* hybrids move on by up to 1 + d per step */
+    if (states == 2) o.max_step_tokens = 128; /* a replay of up to a block rides along */
     o.max_seqs = rows;
     o.max_step_tokens = 17 * rows > 64 ? 17 * rows : 64;
     eng_runtime *rt;
@@ -99,6 +103,9 @@ int main(int argc, char **argv)
                     return 1;
                 }
                 it[r] = (eng_step_item){.seq = seqs[r], .max_tokens = n, .all_logits = 1};
+                int32_t pend = eng_seq_pending(seqs[r]);
+                if (pend > n) /* states 2: the replay first, logits for the last token only */
+                    it[r] = (eng_step_item){.seq = seqs[r], .max_tokens = pend};
             }
             double t0 = plat_now();
             if (eng_step_run(rt->cx, rt->kv, it, rows, 0, rt->logits, rt->logit_rows, &err)) {
@@ -109,7 +116,8 @@ int main(int argc, char **argv)
                 seqs[r]->n_draft = 0;
                 if (!hybrid) /* back to the depth: the next size starts there */
                     eng_seq_truncate(seqs[r], rt->kv, depth);
-                else if (keep) /* every draft rejected: the kept state of the first position */
+                else if (keep || states == 2) /* every draft rejected: the kept state of the
+                                                 first position, or a snapshot + replay */
                     eng_seq_truncate(seqs[r], rt->kv, seqs[r]->n_cached - (n - 1));
             }
             ms[k][round] = (plat_now() - t0) * 1e3;
@@ -121,7 +129,10 @@ int main(int argc, char **argv)
         double med = ms[k][rounds / 2];
         if (k == 0) base = med;
         printf("bench=verify rows=%d depth=%d tokens=%d%s ms=%.2f ratio_vs_1=%.3f\n", rows, depth,
-               1 + sizes[k], hybrid ? (states ? " states=kept,rejected" : " states=none,accepted") : "",
+               1 + sizes[k], hybrid ? (states == 2   ? " states=replay,rejected"
+                               : states ? " states=kept,rejected"
+                                        : " states=none,accepted")
+                      : "",
                med, med / base);
     }
     for (int r = 0; r < rows; r++) eng_seq_free(seqs[r], rt->kv);
