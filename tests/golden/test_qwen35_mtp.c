@@ -7,15 +7,19 @@
  * (hidden at p, token p + 1) with its own paged K/V, and its logits at every
  * position are within 1e-3 of the reference — portable and AVX2 kernels;
  * bitwise the same in one step, in uneven chunks and beside another
- * sequence. A snapshot without a head (mlx layout) and other architectures
- * are refused with their codes; a step without hidden rows is refused.
+ * sequence; the same with the snapshot 4-bit quantized by kiln quantize
+ * (wt_quantize_snapshot keeps mtp.*, affine-quantizing the head's linears),
+ * against the reference run on the quantized files. A snapshot without a
+ * head (mlx layout) and other architectures are refused with their codes; a
+ * step without hidden rows is refused.
  */
 #include "test_model.h"
+#include "weights/wt_quantize.h"
 
 #define N 24
 #define BT 8
 
-static char dir_hf[512], dir_mlx[512], dir_llama[512];
+static char dir_hf[512], dir_mlx[512], dir_llama[512], dir_q4[512];
 
 static int make_model(char *d, size_t n, const char *name, const char *args)
 {
@@ -121,8 +125,9 @@ static kiln_code head_run(head *h, const float *hidden, const int32_t *chunks, i
     return rc;
 }
 
-static void check_against_reference(const char *isa)
+static void check_against_reference(const char *dir, const char *isa)
 {
+    const char *dir_hf = dir; /* the snapshot under test */
     kiln_err err;
     eng_runtime *rt = tm_open(dir_hf, 128, 2, 2, isa, &err);
     if (!rt) TEST_FAIL_("%s", err.msg);
@@ -191,12 +196,28 @@ static void check_against_reference(const char *isa)
 
 static void test_head_matches_float64_ref_kernels(void)
 {
-    check_against_reference("ref");
+    check_against_reference(dir_hf, "ref");
 }
 
 static void test_head_matches_float64_avx2(void)
 {
-    check_against_reference(NULL);
+    check_against_reference(dir_hf, NULL);
+}
+
+/* kiln quantize keeps the head (its linears 4-bit g32): it loads, and its
+ * logits match the reference computed from the same quantized files. */
+static void test_quantized_head_matches_float64(void)
+{
+    kiln_err err;
+    snprintf(dir_q4, sizeof dir_q4, "%s/test-models/golden-mtp-q4", KILN_BINARY_DIR);
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir_q4);
+    if (access(cfg, R_OK) != 0) ASSERT_OK(wt_quantize_snapshot(dir_hf, dir_q4, 4, 32, &err));
+    mdl_model *m = NULL;
+    ASSERT_OK(mdl_load_mtp(dir_q4, &m, &err));
+    ASSERT_TRUE(strstr(mdl_get_info(m).quant_desc, "4-bit") != NULL);
+    mdl_free(m);
+    check_against_reference(dir_q4, NULL);
 }
 
 static void test_snapshots_without_a_head_are_refused(void)
@@ -219,6 +240,7 @@ int main(void)
     }
     RUN(test_head_matches_float64_ref_kernels);
     RUN(test_head_matches_float64_avx2);
+    RUN(test_quantized_head_matches_float64);
     RUN(test_snapshots_without_a_head_are_refused);
     return TEST_DONE();
 }

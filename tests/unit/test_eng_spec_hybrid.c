@@ -288,6 +288,21 @@ static void test_identity_draft_model(void)
     stop_all(e);
 }
 
+/* The target drafting for itself (a recurrent draft model: its draft
+ * sequences roll back through snapshot + replay): greedy rows accept every
+ * draft. */
+static void test_identity_self_draft(void)
+{
+    eng_engine *e = start(hyb_dir, 0);
+    ASSERT_TRUE(e != NULL);
+    int32_t acc, rej;
+    check_identity(e, ENG_SPEC_DRAFT, &acc, &rej);
+    ASSERT_TRUE(acc > 100);
+    ASSERT_EQ_I64(kv_pool_get_stats(eng_draft_runtime(draft)->kv).state.n_active, 0);
+    ASSERT_EQ_I64(kv_pool_get_stats(eng_draft_runtime(draft)->kv).n_active, 0);
+    stop_all(e);
+}
+
 /* Few state blocks (2 per sequence are the running ones' own): the drafts'
  * per-position states take what is left, rows draft fewer tokens or none,
  * the output is still plain decoding's. */
@@ -383,6 +398,7 @@ int main(void)
     }
     RUN(test_identity_ngram);
     RUN(test_identity_draft_model);
+    RUN(test_identity_self_draft);
     RUN(test_identity_with_few_state_blocks);
     RUN(test_pool_counts_equal_a_plain_run);
     RUN(test_cancel_while_drafting_frees_everything);
