@@ -3,8 +3,8 @@
  * the engine with drafting off and with --draft-model drafting, rows at once,
  * interleaved round by round (the machine is shared: medians printed).
  *
- *   bench_draft --model DIR --draft DIR [--threads 2] [--rows 1] [--prompt 64]
- *               [--tokens 64] [--max-draft 4] [--rounds 3] [--fixed]
+ *   bench_draft --model DIR --draft DIR|ngram [--threads 2] [--rows 1] [--prompt 64]
+ *               [--tokens 64] [--max-draft 4] [--rounds 3] [--fixed] [--bias ID:VAL ...]
  *   bench=draft rows=1 method=off tok_s=... | method=draft tok_s=... acceptance=...
  * (verified / accepted: draft tokens verified and accepted, from the requests'
  * own counts; declined: drafts the cost rule declined) 
@@ -13,6 +13,10 @@
  * whatever the step cost model says): the raw effect of drafting, which the
  * cost rule otherwise weighs against measured step times. Outputs are
  * checked equal to drafting off (a mismatch is reported: it would be a bug).
+ * --draft ngram drafts by prompt lookup instead (no draft model); --bias
+ * (up to 8) adds a logit_bias to every request, which makes a random-weight
+ * model's text repeat so n-gram drafts get accepted (hybrid targets: the
+ * per-position recurrent states are then kept and picked).
  * Prints figures only; never passes or fails on time.
  */
 #include <stdio.h>
@@ -30,6 +34,9 @@ static int cmp_d(const void *a, const void *b)
 
 /* Runs `rows` copies (different prompts) at once; returns seconds, fills the
  * tokens of row 0 and the accepted / rejected totals. */
+static eng_bias bias[8];
+static int n_bias;
+
 static double run(eng_engine *e, int rows, int32_t *prompts, int plen, int ntok, eng_spec_method m,
                   int32_t *out0, int64_t *acc, int64_t *rej, int *bad)
 {
@@ -44,6 +51,8 @@ static double run(eng_engine *e, int rows, int32_t *prompts, int plen, int ntok,
         p.ignore_eos = true;
         p.sp.temperature = 0;
         p.spec = m;
+        p.sp.logit_bias = n_bias ? bias : NULL;
+        p.sp.n_bias = n_bias;
         if (eng_submit(e, &p, &h[r], &err)) {
             fprintf(stderr, "bench_draft: %s\n", err.msg);
             *bad = 1;
@@ -87,7 +96,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--tokens")) ntok = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-draft")) maxd = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bias") && n_bias < 8) {
+            const char *c = strchr(argv[++i], ':');
+            bias[n_bias++] = (eng_bias){atoi(argv[i]), c ? (float)atof(c + 1) : 0.0f};
+        }
     }
+    int ngram = draft_dir && !strcmp(draft_dir, "ngram");
+    eng_spec_method method = ngram ? ENG_SPEC_NGRAM : ENG_SPEC_DRAFT;
     if (!model || !draft_dir || rows < 1 || rows > 64 || plen < 1 || plen > 4096 || ntok < 1 ||
         ntok > 4096 || maxd < 1 || maxd > ENG_SPEC_MAX_DRAFT || rounds < 1 || rounds > 64) {
         fprintf(stderr, "usage: bench_draft --model DIR --draft DIR [--threads N] [--rows N] "
@@ -101,9 +116,9 @@ int main(int argc, char **argv)
     o.ctx = plen + ntok + 32;
     eng_runtime *rt;
     tok_tokenizer *tok;
-    eng_draft *d;
+    eng_draft *d = NULL;
     if (eng_runtime_open(model, &o, &rt, &err) || tok_load(model, &tok, &err) ||
-        eng_draft_open(draft_dir, rt, tok, 0, &d, &err)) {
+        (!ngram && eng_draft_open(draft_dir, rt, tok, 0, &d, &err))) {
         fprintf(stderr, "bench_draft: %s\n", err.msg);
         return 1;
     }
@@ -131,7 +146,7 @@ int main(int argc, char **argv)
         memset(ref, 0, sizeof(int32_t) * (size_t)ntok);
         memset(got, 0, sizeof(int32_t) * (size_t)ntok);
         t_off[k] = run(e, rows, prompts, plen, ntok, ENG_SPEC_OFF, ref, &a0, &r0, &bad);
-        t_on[k] = run(e, rows, prompts, plen, ntok, ENG_SPEC_DRAFT, got, &acc, &rej, &bad);
+        t_on[k] = run(e, rows, prompts, plen, ntok, method, got, &acc, &rej, &bad);
         differ |= memcmp(ref, got, sizeof(int32_t) * (size_t)ntok) != 0;
     }
     qsort(t_off, (size_t)rounds, sizeof *t_off, cmp_d);
@@ -142,10 +157,10 @@ int main(int argc, char **argv)
            "tok_s=%.2f\n",
            rows, plen, ntok, maxd, !fixed, rt->o.n_threads, toks / t_off[rounds / 2]);
     printf("bench=draft rows=%d prompt=%d tokens=%d max_draft=%d adaptive=%d threads=%d "
-           "method=draft tok_s=%.2f speedup=%.2f verified=%llu accepted=%lld acceptance=%.3f "
+           "method=%s tok_s=%.2f speedup=%.2f verified=%llu accepted=%lld acceptance=%.3f "
            "declined=%llu draft_s=%.2f draft_forwards=%llu identical=%s%s\n",
-           rows, plen, ntok, maxd, !fixed, rt->o.n_threads, toks / t_on[rounds / 2],
-           t_off[rounds / 2] / t_on[rounds / 2], (unsigned long long)(acc + rej), (long long)acc,
+           rows, plen, ntok, maxd, !fixed, rt->o.n_threads, eng_spec_method_name(method),
+           toks / t_on[rounds / 2], t_off[rounds / 2] / t_on[rounds / 2], (unsigned long long)(acc + rej), (long long)acc,
            acc + rej ? (double)acc / (double)(acc + rej) : 0,
            (unsigned long long)st.spec.skipped_cost, st.spec.draft_s,
            (unsigned long long)st.draft.forwards, differ ? "NO" : "yes", bad ? " errors=yes" : "");

@@ -453,6 +453,48 @@ class Qwen35(Model):
             self.head = self.embed
         else:
             self.head = self.matrix(head)
+        self.mtp = None  # loaded by mtp_forward (some snapshots carry only part of a head)
+
+    def _load_mtp(self):
+        """The multi-token-prediction head (docs/hybrid.md, MTP): fc [H, 2H], the two pre-fc
+        norms, one gated-attention decoder layer mtp.layers.0, its final norm; every norm is a
+        Qwen3_5RMSNorm (1 + w in the HF layout). Embeddings and head are the model's."""
+        p = "mtp.layers.0."
+        L = {"in_norm": self.norm_vec(p + "input_layernorm.weight"),
+             "post_norm": self.norm_vec(p + "post_attention_layernorm.weight"),
+             "q_norm": self.norm_vec(p + "self_attn.q_norm.weight"),
+             "k_norm": self.norm_vec(p + "self_attn.k_norm.weight")}
+        for m in ("q", "k", "v", "o"):
+            L[m] = self.matrix(p + "self_attn.%s_proj" % m)
+        for m in ("gate", "up", "down"):
+            L[m] = self.matrix(p + "mlp.%s_proj" % m)
+        return {"fc": self.matrix("mtp.fc"), "layer": L,
+                "norm_e": self.norm_vec("mtp.pre_fc_norm_embedding.weight"),
+                "norm_h": self.norm_vec("mtp.pre_fc_norm_hidden.weight"),
+                "norm": self.norm_vec("mtp.norm.weight")}
+
+    def mtp_forward(self, hidden, next_ids, p0=0):
+        """MTP logits [n, vocab]: row i reads the model's final-normed hidden state at position
+        p0 + i (hidden[i]) and the token after it (next_ids[i]), attends over the head's own K/V
+        of positions p0 .. p0 + i, and predicts the token after next_ids[i]."""
+        if self.mtp is None:
+            if "mtp.pre_fc_norm_hidden.weight" not in self.st:
+                raise SystemExit("qwen3_5: no mtp.* head in this snapshot")
+            self.mtp = self._load_mtp()
+        t = self.mtp
+        n = len(next_ids)
+        e = self.embed[np.asarray(next_ids, dtype=np.int64)]
+        x = np.concatenate([self.rms(e, t["norm_e"]), self.rms(hidden, t["norm_h"])], axis=-1)
+        h = x @ t["fc"].T
+        pos = np.arange(p0, p0 + n)
+        inv, att = self.inv_freq(p0 + n)
+        L = t["layer"]
+        cache = {"k": [None], "v": [None]}
+        h = h + self.attention(0, L, self.rms(h, L["in_norm"]), cache, pos, inv, att)
+        a = self.rms(h, L["post_norm"])
+        g = a @ L["gate"].T
+        h = h + ((g / (1.0 + np.exp(-g))) * (a @ L["up"].T)) @ L["down"].T
+        return self.rms(h, t["norm"]) @ self.head.T
 
     def norm_vec(self, name):
         w = self.st.get_f64(name)
@@ -621,6 +663,8 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--greedy", type=int, help="continue greedily this many steps, print the ids")
     ap.add_argument("--stop", action="store_true", help="with --greedy: stop at an eos id")
+    ap.add_argument("--mtp", action="store_true",
+                    help="qwen3_5: the MTP head's logits at positions 0 .. n-2 instead")
     ap.add_argument("--check-oracle", nargs="+", metavar="DIR")
     ap.add_argument("--check-stories", metavar="DIR")
     ap.add_argument("--check-emulated", nargs="+", metavar="DIR")
@@ -654,7 +698,12 @@ def main():
         got, margins = m.greedy(ids, a.greedy, stop)
         print(json.dumps({"ids": got, "min_top2_margin": min(margins) if margins else None}))
         return 0
-    logits = m.forward(ids)
+    if a.mtp:  # the MTP head's logits at positions 0 .. n-2 (hidden at p, token p + 1)
+        if len(ids) < 2:
+            ap.error("--mtp needs at least two tokens")
+        logits = m.mtp_forward(m.forward(ids[:-1], hidden=True), ids[1:])
+    else:
+        logits = m.forward(ids)
     if a.last:
         logits = logits[-1:]
     if a.out:

@@ -52,6 +52,7 @@ typedef struct {
     const char *pooling;  /* --pooling MODE for /v1/embeddings (NULL = the model's) */
     int offline;          /* --offline: never download */
     double ssd_cache_max; /* GiB; 0 = no cap */
+    double ssd_queue_mib; /* --ssd-queue-mib; 0 = cli_ssd_queue_bytes' default */
     int64_t gen_ckpt;     /* --generation-checkpoint N; 0 = off */
     int64_t grammar_ws;   /* --grammar-ws N */
     int64_t grammar_compile_ms; /* --grammar-compile-ms N */
@@ -164,6 +165,8 @@ static int plan_memory(const serve_flags *f, const char *dir, const char *draft_
     /* the server's own memory: the Responses store and the requests' bodies and JSON */
     in.overhead_bytes = eng_admit_overhead_for_dir(
         dir, (uint64_t)sc->responses_store_bytes + sc->request_memory, base.o.max_seqs);
+    /* --ssd-cache: the copies its write queue may hold */
+    if (f->ssd_cache) in.overhead_bytes += cli_ssd_queue_bytes(f->ssd_queue_mib, in.budget_bytes);
     /* the adapters --lora / --lora-dir will load, from their headers */
     if (cli_loras_bytes(&f->lora, f->lora_dir, &in.adapter_bytes, &err))
         return cli_fail("serve", &err);
@@ -338,7 +341,8 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
     eo.spec.ngram_max = (int32_t)f->spec_ngram;
     if (eo.spec.ngram_min > eo.spec.ngram_max) eo.spec.ngram_min = eo.spec.ngram_max;
     if (f->ssd_cache) {
-        if (cli_ssd_open(f->ssd_cache, f->ssd_cache_max, dir, st.rt, f->gen_ckpt > 0, &st.ssd,
+        uint64_t qb = cli_ssd_queue_bytes(f->ssd_queue_mib, (uint64_t)(f->memory_budget * 1e9));
+        if (cli_ssd_open(f->ssd_cache, f->ssd_cache_max, qb, dir, st.rt, f->gen_ckpt > 0, &st.ssd,
                          &err)) {
             serve_close(&st);
             return cli_fail("serve", &err);
@@ -512,7 +516,7 @@ int cli_serve(int argc, char **argv)
          "memory for stored /v1/responses conversations, least recently used evicted (default 64)",
          0},
         {"request-memory", CLI_FLOAT, &f.request_memory_mib, "MIB",
-         "memory for the bodies and parsed JSON of the requests in flight, inside --memory-budget; "
+         "memory for the bodies, parsed JSON and chat template renders of the requests in flight, inside --memory-budget; "
          "past it 503 + Retry-After (default 4 x --max-body: 16)",
          0},
         {"timeout", CLI_FLOAT, &f.timeout, "S", "cancel a request after S seconds (default: none)",
@@ -546,6 +550,11 @@ int cli_serve(int argc, char **argv)
          "persist KV blocks of cached prefixes in DIR (survives restarts; one server per DIR)", 0},
         {"ssd-cache-max", CLI_FLOAT, &f.ssd_cache_max, "GIB",
          "size cap of --ssd-cache, least recently used evicted (default: none)", 0},
+        {"ssd-queue-mib", CLI_FLOAT, &f.ssd_queue_mib, "MIB",
+         "memory for --ssd-cache's write queue (copies waiting for the disk; past it the oldest "
+         "are dropped), inside --memory-budget (default 2048, or 1/16 of --memory-budget within "
+         "32..2048)",
+         0},
         {"generation-checkpoint", CLI_INT, &f.gen_ckpt, "N",
          "persist each generation every N tokens in --ssd-cache; an identical retried request "
          "resumes after a crash (default: off)",
@@ -610,6 +619,11 @@ int cli_serve(int argc, char **argv)
     }
     if (f.ssd_cache_max < 0 || (f.ssd_cache_max > 0 && !f.ssd_cache)) {
         fprintf(stderr, "kiln serve: --ssd-cache-max needs --ssd-cache and must be >= 0\n");
+        return 2;
+    }
+    if (f.ssd_queue_mib < 0 || (f.ssd_queue_mib > 0 && !f.ssd_cache) ||
+        (f.ssd_queue_mib > 0 && f.ssd_queue_mib < 1)) {
+        fprintf(stderr, "kiln serve: --ssd-queue-mib needs --ssd-cache and must be >= 1\n");
         return 2;
     }
     if (f.request_memory_mib < 0 ||

@@ -2,7 +2,8 @@
  * cli_ssd.c — opening the SSD KV tier for `kiln serve --ssd-cache DIR`: the
  * entry identity (model fingerprint, KV format, tokenizer, adapters, block
  * size) and the environment knobs:
- *   KILN_SSD_SPILL_QUEUE_GB  write-queue cap in GiB (default 2)
+ *   KILN_SSD_SPILL_QUEUE_GB  write-queue cap in GiB (--ssd-queue-mib wins; default
+ *                            2, or 1/16 of --memory-budget)
  *   KILN_SSD_RETRY_S         after a failed write, retry writing this many seconds later (5)
  *   KILN_SSD_MIN_FREE_MB     keep this much of the file system free (default 2%, <= 1 GiB)
  *   KILN_SSD_FAIL_AFTER      test hook: writes after the Nth fail like ENOSPC
@@ -61,8 +62,21 @@ static void scan_progress(void *user, uint64_t done, uint64_t total)
     }
 }
 
-kiln_code cli_ssd_open(const char *dir, double max_gib, const char *model_dir,
-                       const eng_runtime *rt, bool ckpt, kv_ssd **out, kiln_err *err)
+uint64_t cli_ssd_queue_bytes(double queue_mib, uint64_t budget_bytes)
+{
+    if (queue_mib > 0) return (uint64_t)(queue_mib * 1048576.0);
+    const char *q = getenv("KILN_SSD_SPILL_QUEUE_GB");
+    if (q && atof(q) > 0) return (uint64_t)(atof(q) * 1073741824.0);
+    const uint64_t lo = (uint64_t)32 << 20, hi = (uint64_t)2 << 30;
+    if (!budget_bytes) return hi;
+    /* a burst the disk cannot keep up with waits here: on a budget, a share of it */
+    uint64_t b = budget_bytes / 16;
+    return b < lo ? lo : b > hi ? hi : b;
+}
+
+kiln_code cli_ssd_open(const char *dir, double max_gib, uint64_t queue_bytes,
+                       const char *model_dir, const eng_runtime *rt, bool ckpt, kv_ssd **out,
+                       kiln_err *err)
 {
     kv_ssd_config c = kv_ssd_config_default();
     c.dir = dir;
@@ -77,8 +91,7 @@ kiln_code cli_ssd_open(const char *dir, double max_gib, const char *model_dir,
                           .adapter_ns = 0,
                           .block_tokens = (uint32_t)rt->o.block_tokens};
     c.max_bytes = max_gib > 0 ? (uint64_t)(max_gib * 1073741824.0) : 0;
-    const char *q = getenv("KILN_SSD_SPILL_QUEUE_GB");
-    if (q && atof(q) > 0) c.queue_bytes = (uint64_t)(atof(q) * 1073741824.0);
+    if (queue_bytes) c.queue_bytes = queue_bytes;
     const char *fa = getenv("KILN_SSD_FAIL_AFTER");
     if (fa && *fa) c.fail_after = atoll(fa);
     const char *ff = getenv("KILN_SSD_FAIL_FILE");

@@ -752,14 +752,14 @@ static int ckpt_resume(eng_engine *e, eng_handle *h);
 
 /* At first admission: whether and how far this request drafts (embeddings
  * never sample). Constrained rows draft what their grammar allows. Models
- * with recurrent state do not draft yet: a rejected draft would roll the
- * state back to a snapshot and replay (docs/hybrid.md), a seam left open. */
+ * with recurrent state draft too: the drafts' step keeps the state after
+ * each position (eng_seq_draft_states), a rejection picks the accepted one. */
+_Static_assert(ENG_SPEC_MAX_DRAFT <= ENG_SEQ_MAX_DRAFT, "a sequence keeps states for every draft");
 static void spec_setup(eng_engine *e, eng_handle *h)
 {
     eng_spec_method m = h->p.spec == ENG_SPEC_DEFAULT ? e->o.spec.method : h->p.spec;
     h->spec_max = 0;
-    if ((m != ENG_SPEC_NGRAM && (m != ENG_SPEC_DRAFT || !e->o.draft)) || h->p.pooling ||
-        kv_pool_has_state(e->rt->kv))
+    if ((m != ENG_SPEC_NGRAM && (m != ENG_SPEC_DRAFT || !e->o.draft)) || h->p.pooling)
         return;
     h->spec_method = m;
     h->spec_max = h->p.spec_max_draft > 0 ? h->p.spec_max_draft : e->o.spec.max_draft;
@@ -949,6 +949,7 @@ static int32_t spec_take(eng_engine *e, int32_t k, const int32_t *buf, int32_t d
         int32_t fit = s->n_blocks * bt - (s->n_cached + 1); /* the pool is dry: what fits */
         if (fit < d) d = fit > 0 ? fit : 0;
     }
+    d = eng_seq_draft_states(s, e->rt->kv, d); /* recurrent layers: a state per position */
     s->n_tokens = n0 + d;
     if (d < 1) return 0;
     s->n_draft = d;
@@ -1130,11 +1131,11 @@ static int spec_verify(eng_engine *e, eng_handle *h, float *lg)
         if (j < m) h->spec_accepted++;
         /* what plain decoding has published when it samples out[j]: so a stop
          * inside the accepted run leaves the cache as plain decoding does */
-        eng_seq_publish(s, e->rt->kv, e->ns, n0 + j);
+        eng_seq_publish(s, e->rt->kv, mdl_lora_set_ns(&h->p.lora, e->ns), n0 + j);
         if (req_token(e, h, out[j], &so[j])) return 1;
     }
     if (gend) { /* -2: a sentence nothing may end (ignore_eos): complete; -1: an error */
-        eng_seq_publish(s, e->rt->kv, e->ns, n0 + m);
+        eng_seq_publish(s, e->rt->kv, mdl_lora_set_ns(&h->p.lora, e->ns), n0 + m);
         req_finish(e, h, gend == -2 ? ENG_FINISH_STOP : ENG_FINISH_ERROR, NULL, &gerr);
         return 1;
     }

@@ -272,6 +272,10 @@ int32_t eng_gstate_sample(eng_gstate *gs, const eng_sampling *sp, float *logits,
     if (nbits > vocab) nbits = (int32_t)vocab; /* ids past the model's logits cannot be drawn */
     size_t words = ((size_t)vocab + 63) / 64;
     if (words > gr_vocab_words(gm->v)) words = gr_vocab_words(gm->v);
+    /* more logits than the tokenizer has ids (a padded embedding): the ids
+     * past the mask's words are never allowed, and the sampler reads the mask
+     * only that far */
+    if (vocab > (int64_t)words * 64) vocab = (int64_t)words * 64;
     stops_fix(gs, gs->mask, stop_ids, n_stop, nbits);
     /* the model may have fewer logits than the tokenizer has ids: clear the tail */
     if ((int64_t)words * 64 > vocab)

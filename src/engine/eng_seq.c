@@ -6,6 +6,9 @@
  *   (1) n_cached > 0  =>  state >= 0, and state holds the state after n_cached tokens
  *   (2) snap >= 0  =>  snap_block * bt <= n_cached and snap holds the state after
  *       snap_block * bt tokens; snap_hash, when not 0, is that boundary's chain hash
+ *   (3) n_dstate > 0 only between eng_seq_draft_states and the eng_seq_truncate
+ *       (or free / drop_kv) that follows the drafts' step; dstate[j] then holds
+ *       the state after dstate_pos + 1 + j tokens once that step ran
  * Threads: engine thread only.
  */
 #include "engine/eng_seq.h"
@@ -49,9 +52,18 @@ static void snap_release(eng_seq *s, kv_pool *kv, int publish)
     s->snap_hash = 0;
 }
 
+/* Gives back the per-position states of a drafts' step (never published). */
+static void dstate_release(eng_seq *s, kv_pool *kv)
+{
+    for (int32_t j = 0; j < s->n_dstate; j++)
+        if (s->dstate[j] >= 0) kv_pool_release(kv, s->dstate[j]);
+    s->n_dstate = 0;
+}
+
 /* Forgets the recurrent state (the working one goes FREE, never published). */
 static void state_release(eng_seq *s, kv_pool *kv)
 {
+    dstate_release(s, kv);
     if (s->state >= 0) kv_pool_release(kv, s->state);
     s->state = -1;
     snap_release(s, kv, 1);
@@ -325,14 +337,63 @@ static int32_t state_rollback(eng_seq *s, kv_pool *kv, int32_t n)
 
 static void truncate_cache(eng_seq *s, kv_pool *kv, int32_t n);
 
+int32_t eng_seq_draft_states(eng_seq *s, kv_pool *kv, int32_t d)
+{
+    if (!kv_pool_has_state(kv) || d < 1) return d;
+    dstate_release(s, kv); /* (3): a drafts' step that never got verified */
+    if (d > ENG_SEQ_MAX_DRAFT) d = ENG_SEQ_MAX_DRAFT;
+    int32_t bt = kv_pool_cfg(kv)->block_tokens, pos0 = s->n_cached;
+    /* states after pos0 + 1 .. pos0 + d tokens, and after pos0 + 1 + d when that
+     * is a block boundary (the sequence's next latest snapshot if all hold) */
+    while (s->n_dstate < d + 1 &&
+           (s->n_dstate < d || (pos0 + 1 + d) % bt == 0) &&
+           kv_pool_state_alloc(kv, &s->dstate[s->n_dstate], NULL) == KILN_OK)
+        s->n_dstate++;
+    /* fewer blocks than asked: fewer drafts, and the end-of-step boundary needs its own */
+    int32_t got = s->n_dstate;
+    while (d > 0 && got < d + ((pos0 + 1 + d) % bt == 0)) d--;
+    int32_t keep = d + (d > 0 && (pos0 + 1 + d) % bt == 0);
+    while (s->n_dstate > keep) kv_pool_release(kv, s->dstate[--s->n_dstate]);
+    s->dstate_pos = pos0;
+    return d;
+}
+
+/* After a drafts' step (3): the working state becomes the state after the n
+ * tokens kept — already there when every draft held, else the kept copy — and
+ * the deepest block boundary the kept run crossed becomes the latest snapshot,
+ * as snaps_done would have made it. The other per-position states go. Returns
+ * 0 when n is not a position the step kept a state for (the caller rolls back
+ * from a snapshot then). */
+static int draft_states_resolve(eng_seq *s, kv_pool *kv, int32_t n)
+{
+    int32_t bt = kv_pool_cfg(kv)->block_tokens, pos0 = s->dstate_pos, m = n - pos0 - 1;
+    int ok = m >= 0 && n <= s->n_cached && (n == s->n_cached || m < s->n_dstate) &&
+             s->state >= 0;
+    if (ok) {
+        if (n < s->n_cached) state_copy(kv, s->state, s->dstate[m]);
+        int32_t jb = n / bt, at = jb * bt - pos0 - 1;
+        if (jb * bt > pos0 && at < s->n_dstate && s->dstate[at] >= 0) {
+            snap_release(s, kv, s->snap_block == (s->n_prompt - 1) / bt);
+            s->snap = s->dstate[at];
+            s->dstate[at] = -1;
+            s->snap_block = jb;
+            /* known once the block is published (eng_seq_publish fills it in) */
+            s->snap_hash = jb <= s->n_published ? s->hashes[jb - 1] : 0;
+        }
+    }
+    dstate_release(s, kv);
+    return ok;
+}
+
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n)
 {
     if (n < 0) n = 0;
+    int resolved = s->n_dstate > 0 && draft_states_resolve(s, kv, n);
     if (n >= s->n_tokens) return;
     s->n_tokens = n;
     if (n >= s->n_cached) return;
     /* the state cannot be trimmed: back to a snapshot, replay the rest */
-    if (kv_pool_has_state(kv)) n = state_rollback(s, kv, n);
+    if (kv_pool_has_state(kv) && !resolved) n = state_rollback(s, kv, n);
     truncate_cache(s, kv, n);
 }
 
@@ -385,6 +446,8 @@ void eng_seq_publish(eng_seq *s, kv_pool *kv, uint64_t ns, int32_t upto)
         for (int g = 0; g < s->n_groups; g++)
             if (i >= s->n_dropped[g]) kv_pool_publish(kv, s->blocks[g][i], h);
         s->n_published++;
+        /* a snapshot a drafts' step took at this boundary (draft_states_resolve) */
+        if (s->snap >= 0 && s->snap_block == i + 1 && !s->snap_hash) s->snap_hash = h;
     }
 }
 
@@ -527,7 +590,17 @@ static kiln_code step_items(mdl_ctx *cx, kv_pool *kv, eng_step_item *items, int3
     for (int32_t i = 0; i < n_items && state; i++) {
         eng_seq *s = items[i].seq;
         int32_t n = items[i].n_run;
-        {
+        if (s->n_dstate > 0) { /* drafts: the state after every position (3), no boundary
+                                  snapshot until verification says which positions hold */
+            int32_t k = 0;
+            for (; k < s->n_dstate && 1 + k <= n; k++)
+                s->dstate_at[k] = s->n_cached + 1 + k;
+            s->dstate_pos = s->n_cached;
+            snap_n[i] = 0;
+            seqs[i].n_snaps = k;
+            seqs[i].snap_pos = s->dstate_at;
+            seqs[i].snap_blocks = s->dstate;
+        } else {
             int32_t *pos = snap_pos + used, k = 0;
             int32_t nd = snaps_due(s, kv, ns, s->n_cached, s->n_cached + n, pos);
             for (int32_t d = 0; d < nd; d++)

@@ -39,7 +39,10 @@
  * every group's KV and a state snapshot. The latest snapshot is published too
  * when the sequence is freed or preempted, or passes the end of its prompt;
  * truncation (rollback) restores the deepest snapshot at or before its target
- * and replays the tokens after it.
+ * and replays the tokens after it — except right after a step that verified
+ * drafts, which kept the state after every position it ran (dstate): there
+ * the state after the accepted run is copied into the working state and
+ * nothing is replayed.
  */
 #ifndef KILN_ENG_SEQ_H
 #define KILN_ENG_SEQ_H
@@ -48,6 +51,8 @@
 
 #include "kv/kv_pool.h"
 #include "model/mdl_model.h"
+
+#define ENG_SEQ_MAX_DRAFT 16 /* drafts one step verifies per sequence (= ENG_SPEC_MAX_DRAFT) */
 
 typedef struct {
     int32_t *tokens; /* OWNED [cap] */
@@ -72,6 +77,15 @@ typedef struct {
     int32_t n_draft; /* the last n_draft tokens are speculative drafts being verified
                         (eng_spec.h): blocks holding them are not published, a window
                         keeps what the first of them reads, RoPE scales for the rest */
+    /* recurrent state of a step that verifies drafts (eng_seq_draft_states): dstate[j]
+     * (one reference each) receives the state after dstate_pos + 1 + j tokens, i.e.
+     * after the verified token and each draft but the last, plus after the last one
+     * when the step ends on a block boundary; eng_seq_truncate picks the accepted
+     * one and gives the others back */
+    kv_block_id dstate[ENG_SEQ_MAX_DRAFT + 1];
+    int32_t n_dstate;
+    int32_t dstate_pos; /* n_cached when the step ran */
+    int32_t dstate_at[ENG_SEQ_MAX_DRAFT + 1]; /* the step's snapshot positions (mdl_seq.snap_pos) */
 } eng_seq;
 
 typedef struct {
@@ -118,6 +132,15 @@ void eng_seq_drop_kv(eng_seq *s, kv_pool *kv);
  * there to n become pending again: the next steps replay them, giving the
  * same bits as the first time. */
 void eng_seq_truncate(eng_seq *s, kv_pool *kv, int32_t n);
+/* Recurrent state for d drafts about to be verified (the sequence has one
+ * pending token, n_cached = n_tokens - 1 - d is not yet counted: call it
+ * before the drafts' step, with its last verified token pending): takes the
+ * state blocks that keep the state after each verified position of that
+ * step (see dstate), so a rejection picks the state after the accepted run
+ * instead of replaying from a snapshot. Blocks come from what the pool has
+ * (free or cached, never preempting): returns the drafts covered (<= d;
+ * d unchanged in a pool without state blocks). */
+int32_t eng_seq_draft_states(eng_seq *s, kv_pool *kv, int32_t d);
 
 /* Publishes the full blocks within positions [0, min(upto, n_cached)) not yet
  * published (eng_step_run does it up to the first draft; a verified draft's

@@ -7,7 +7,7 @@
  *   gr_matcher *m;   gr_matcher_create(g, v, &m, &err);           // one per generated sequence
  *   uint64_t *bits = calloc(gr_vocab_words(v), 8);
  *   for (;;) {
- *       gr_matcher_mask(m, bits, &err);            // 1 = allowed (special tokens never are)
+ *       gr_matcher_mask(m, bits, &err);            // 1 = allowed (special tokens only via gr_special)
  *       ... sample tok among allowed bits (EOS only when gr_matcher_accepting(m)) ...
  *       gr_matcher_accept_token(m, tok, &err);
  *       if (gr_matcher_done(m)) break;            // nothing but the end can follow
@@ -67,15 +67,19 @@ gr_options gr_options_default(void); /* 1M NFA / 256k DFA states, 500 ms, ws 20,
 
 /* API: vocabulary */
 /* Every token's bytes as they appear in generated text (tok_decode mid-text),
- * a trie over the non-special ones, and a cache of per-lexeme token sets shared
- * by every matcher on this vocabulary. tok is only read during the call. */
+ * a special token's as its marker (gr_special), a trie over them, and a cache
+ * of per-lexeme token sets shared by every matcher on this vocabulary. tok is
+ * only read during the call. */
 kiln_code gr_vocab_create(const tok_tokenizer *tok, gr_vocab **out, kiln_err *err);
 void gr_vocab_destroy(gr_vocab *v); /* NULL is a no-op; no matcher may use it any more */
 int32_t gr_vocab_size(const gr_vocab *v);
 size_t gr_vocab_words(const gr_vocab *v); /* uint64 words of a token bitset */
-/* The token's bytes (BORROWED from v); *n = 0 for an unknown id. */
+/* The token's bytes as the grammar reads them (BORROWED from v; a special
+ * token's marker); *n = 0 for an unknown id. */
 const uint8_t *gr_vocab_token(const gr_vocab *v, int32_t id, size_t *n);
-bool gr_vocab_constrainable(const gr_vocab *v, int32_t id); /* not special, not empty */
+/* Not empty, and not an ordinary token holding byte 0xFF (which no UTF-8
+ * text has); special tokens are, and match only where gr_special names them. */
+bool gr_vocab_constrainable(const gr_vocab *v, int32_t id);
 
 /* API: compiling */
 kiln_code gr_compile_gbnf(const char *text, size_t len, const gr_options *o, gr_grammar **out,
@@ -131,6 +135,10 @@ kiln_code gr_builder_create(const gr_options *o, gr_builder **out, kiln_err *err
 void gr_builder_destroy(gr_builder *b);                 /* NULL is a no-op */
 gr_expr gr_lit(gr_builder *b, const char *s, size_t n); /* these bytes */
 gr_expr gr_str(gr_builder *b, const char *s);           /* NUL-terminated bytes */
+/* Exactly the special token `id` (0 <= id < 2^21), sampled as one token:
+ * control tokens inside a grammar (Gemma 4's <|"|>, <tool_call|>). Special
+ * tokens a grammar does not name stay masked out. */
+gr_expr gr_special(gr_builder *b, int32_t id);
 /* A code point class: pairs [lo, hi] inclusive (n_pairs of them); negate: the
  * complement within U+0000..U+10FFFF. Surrogates are never matched. */
 gr_expr gr_class(gr_builder *b, const uint32_t *pairs, size_t n_pairs, bool negate);
@@ -162,6 +170,25 @@ kiln_code gr_builder_add_gbnf(gr_builder *b, const char *text, size_t len, const
  * `additionalProperties` get no unlisted properties (OpenAI's strict mode). */
 kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, bool strict, gr_expr *out,
                                      kiln_err *err);
+/* Values in a syntax other than JSON, for gr_builder_add_json_schema_as:
+ * Gemma 4's call arguments, say ({key:value,...}: keys bare, strings raw
+ * between a delimiter that is a special token, numbers / true / false / null
+ * and arrays as in JSON). Keys a bare spelling cannot carry (empty, with ':'
+ * or '}', edge whitespace, starting with the delimiter) are delimited like
+ * strings; other keys (additionalProperties) are bare [A-Za-z0-9_.-]{1,64}.
+ * Each value is read back alone by a JSON reader: unbounded numbers have at
+ * most 18 integer digits and 2 exponent digits (never overflow). */
+typedef struct {
+    gr_expr quote;          /* opens and closes a string (gr_special or gr_str) */
+    const char *quote_text; /* its text */
+    /* ASCII texts no string or key may contain (the delimiter's text, the end
+     * of the call...): a parser reading the text would stop there */
+    const char *const *forbid;
+    size_t n_forbid;
+} gr_value_syntax;
+/* gr_builder_add_json_schema in that syntax (syn NULL: JSON). */
+kiln_code gr_builder_add_json_schema_as(gr_builder *b, const json_t *schema, bool strict,
+                                        const gr_value_syntax *syn, gr_expr *out, kiln_err *err);
 /* JSON whitespace between tokens (options' json_ws_max). */
 gr_expr gr_json_ws(gr_builder *b);
 /* The builder's first error (the code; KILN_OK while none). */
@@ -174,8 +201,9 @@ kiln_code gr_builder_compile(gr_builder *b, gr_rule root, gr_grammar **out, kiln
 kiln_code gr_matcher_create(gr_grammar *g, const gr_vocab *v, gr_matcher **out, kiln_err *err);
 void gr_matcher_destroy(gr_matcher *m); /* NULL is a no-op */
 /* Writes the allowed tokens as a bitset of gr_vocab_words(v) words (bit t of
- * word t/64). Special and empty tokens are never allowed; the caller adds the
- * end of sequence when gr_matcher_accepting. KILN_E_NOMEM / KILN_E_BUDGET when the
+ * word t/64). Empty tokens are never allowed, special ones only where the
+ * grammar has their gr_special; the caller adds the end of sequence when
+ * gr_matcher_accepting. KILN_E_NOMEM / KILN_E_BUDGET when the
  * matcher's memory cap is hit. */
 kiln_code gr_matcher_mask(gr_matcher *m, uint64_t *bits, kiln_err *err);
 bool gr_matcher_accepting(const gr_matcher *m); /* the text so far is a sentence */

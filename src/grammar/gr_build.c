@@ -138,6 +138,18 @@ gr_expr gr_lit(gr_builder *b, const char *s, size_t n)
     return e;
 }
 
+gr_expr gr_special(gr_builder *b, int32_t id)
+{
+    if (b->failed) return -1;
+    if (id < 0 || id > GR_SPECIAL_MAX_ID) {
+        gr_b_fail(b, KILN_E_INVALID, "grammar: special token id %d out of range", (int)id);
+        return -1;
+    }
+    uint8_t m[GR_SPECIAL_LEN];
+    gr_special_marker(id, m);
+    return gr_lit(b, (const char *)m, sizeof m);
+}
+
 gr_expr gr_str(gr_builder *b, const char *s)
 {
     return gr_lit(b, s, strlen(s));

@@ -21,6 +21,23 @@
 #define GR_INF_DIST (1 << 29) /* "no finite completion" */
 #define GR_MAX_CP 0x10FFFFu
 
+/* A special token as grammar bytes: 0xFF and its id in three 7-bit digits,
+ * each with the high bit set (no NUL, no ASCII). 0xFF never occurs in UTF-8,
+ * so no grammar over text reaches it, and the vocabulary keeps ordinary
+ * tokens holding 0xFF out of its trie: only the special token itself can
+ * match its marker (gr_special). */
+#define GR_SPECIAL_LEAD 0xFFu
+#define GR_SPECIAL_LEN 4
+#define GR_SPECIAL_MAX_ID ((1 << 21) - 1)
+
+static inline void gr_special_marker(int32_t id, uint8_t out[GR_SPECIAL_LEN])
+{
+    out[0] = (uint8_t)GR_SPECIAL_LEAD;
+    out[1] = (uint8_t)(0x80 | ((id >> 14) & 0x7F));
+    out[2] = (uint8_t)(0x80 | ((id >> 7) & 0x7F));
+    out[3] = (uint8_t)(0x80 | (id & 0x7F));
+}
+
 /* ------------------------------------------------------------ builder */
 
 typedef enum {
@@ -162,9 +179,9 @@ typedef struct gr_leaf_entry {
 struct gr_vocab {
     int32_t n_tokens;
     size_t words;
-    uint8_t *bytes; /* OWNED: all token bytes */
+    uint8_t *bytes; /* OWNED: all token bytes (a special token's: its marker) */
     uint32_t *off;  /* OWNED [n_tokens + 1] */
-    uint8_t *ok;    /* OWNED [n_tokens]: constrainable (not special, not empty) */
+    uint8_t *ok;    /* OWNED [n_tokens]: in the trie (not empty; specials by their marker) */
     /* trie over constrainable tokens, nodes in preorder (no root node) */
     int32_t n_nodes;
     uint8_t *tbyte;   /* OWNED [n_nodes] */

@@ -15,7 +15,9 @@
  * Masks: cached per configuration. A configuration whose every stack sits in a
  * leaf rule (a JSON string body, say) is answered from the vocabulary's leaf
  * sets: their union, plus each `maybe` token checked by stepping its bytes.
- * Otherwise the trie is walked, skipping each dead subtree at once.
+ * Otherwise the trie is walked, skipping each dead subtree at once. Special
+ * tokens sit in the trie under their markers (0xFF id): only a grammar that
+ * names one (gr_special) ever steps into that subtree.
  * Invariants:
  *   (1) hist[n_hist-1] is the current configuration; hist[0] the start
  *   (2) rows and masks are caches: dropping them (memory cap) changes no result
@@ -598,7 +600,7 @@ static kiln_code push_state(gr_matcher *m, int32_t x, const char *what, kiln_err
 kiln_code gr_matcher_accept_token(gr_matcher *m, int32_t tok, kiln_err *err)
 {
     if (!gr_vocab_constrainable(m->v, tok))
-        return kiln_fail(err, KILN_E_INVALID, "grammar: token %d is special or empty", (int)tok);
+        return kiln_fail(err, KILN_E_INVALID, "grammar: token %d is empty or holds byte 0xFF", (int)tok);
     size_t n;
     const uint8_t *b = gr_vocab_token(m->v, tok, &n);
     return push_state(m, step_bytes(m, cur(m), b, n), "this token", err);

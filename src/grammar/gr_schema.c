@@ -290,6 +290,130 @@ static int implied_types(const json_t *s)
     return m;
 }
 
+/* ------------------------------------------------------------ other value syntaxes */
+
+static bool has_text(const char *s, size_t n, const char *t)
+{
+    size_t l = strlen(t);
+    for (size_t k = 0; l && k + l <= n; k++)
+        if (!memcmp(s + k, t, l)) return true;
+    return false;
+}
+
+static bool forbidden_in(const sc *c, const char *s, size_t n)
+{
+    for (size_t i = 0; i < c->syn->n_forbid; i++)
+        if (has_text(s, n, c->syn->forbid[i])) return true;
+    return false;
+}
+
+static bool is_ws(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
+/* A key in syn: bare when a reader taking everything up to ':' or '}' (edge
+ * whitespace trimmed) gets it back, else between delimiters; -1 (a 400) when
+ * neither can carry it. */
+static gr_expr syn_key(sc *c, const char *k, size_t n)
+{
+    if (!n || n >= 256 || memchr(k, 0, n) || forbidden_in(c, k, n) ||
+        has_text(k, n, c->syn->quote_text ? c->syn->quote_text : ""))
+        return sc_fail(c, KILN_E_UNSUPPORTED,
+                       "property name \"%.60s\" cannot be written in this call syntax "
+                       "(empty, 256 bytes or more, or holding a delimiter)",
+                       k);
+    bool bare = !memchr(k, ':', n) && !memchr(k, '}', n) && !is_ws(k[0]) && !is_ws(k[n - 1]);
+    gr_expr key = gr_lit(c->b, k, n);
+    return bare ? key : sc_quoted(c, key);
+}
+
+/* The text of one value in syn (enum / const members); nothing matches a
+ * string syn cannot spell (a valid subset). */
+static gr_expr syn_literal(sc *c, const json_t *v, int depth)
+{
+    gr_builder *b = c->b;
+    if (depth > 64) return sc_fail(c, KILN_E_UNSUPPORTED, "'enum'/'const' nested too deeply");
+    if (json_is_string(v)) {
+        const char *t = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (forbidden_in(c, t, n)) return gr_alt(b, NULL, 0);
+        return sc_quoted(c, gr_lit(b, t, n));
+    }
+    if (json_is_array(v) || json_is_object(v)) {
+        size_t n = json_is_array(v) ? json_array_size(v) : json_object_size(v), k = 0;
+        gr_expr *x = malloc(sizeof *x * (2 * n + 2));
+        if (!x) return sc_fail(c, KILN_E_NOMEM, "out of memory");
+        x[k++] = gr_str(b, json_is_array(v) ? "[" : "{");
+        if (json_is_array(v)) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(v, i, e)
+            {
+                gr_expr it = syn_literal(c, e, depth + 1);
+                x[k++] = i ? gr_seq2(b, gr_str(b, ","), it) : it;
+            }
+        } else {
+            const char *key;
+            json_t *e;
+            json_object_foreach((json_t *)v, key, e)
+            {
+                gr_expr kv[] = {k > 1 ? gr_str(b, ",") : gr_seq(b, NULL, 0),
+                                syn_key(c, key, strlen(key)), gr_str(b, ":"),
+                                syn_literal(c, e, depth + 1)};
+                x[k++] = gr_seq(b, kv, 4);
+            }
+        }
+        x[k++] = gr_str(b, json_is_array(v) ? "]" : "}");
+        gr_expr out = gr_seq(b, x, k);
+        free(x);
+        return out;
+    }
+    char *txt = sc_dump(v); /* numbers, true, false, null: as JSON writes them */
+    if (!txt) return sc_fail(c, KILN_E_NOMEM, "out of memory");
+    gr_expr e = gr_str(b, txt);
+    free(txt);
+    return e;
+}
+
+/* Any value in syn: strings raw between delimiters, bare keys
+ * [A-Za-z0-9_.-]{1,64}, numbers as sc_syn_number, the rest as JSON. Returns
+ * the value rule. */
+static gr_rule syn_any_rule(sc *c)
+{
+    static const uint32_t KEY[] = {'-', '.', '0', '9', 'A', 'Z', '_', '_', 'a', 'z'};
+    gr_builder *b = c->b;
+    gr_rule value = gr_rule_new(b, "value"), object = gr_rule_new(b, "object"),
+            array = gr_rule_new(b, "array"), string = gr_rule_new(b, "string");
+    gr_expr ws = gr_json_ws(b), comma = gr_seq2(b, gr_str(b, ","), ws);
+    gr_expr pv[] = {gr_rep(b, gr_class(b, KEY, 5, false), 1, 64), ws, gr_str(b, ":"), ws,
+                    gr_ref(b, value), ws};
+    gr_expr pair = gr_seq(b, pv, 6);
+    gr_expr ob[] = {gr_str(b, "{"), ws,
+                    gr_rep(b, gr_seq2(b, pair, gr_rep(b, gr_seq2(b, comma, pair), 0, -1)), 0, 1),
+                    gr_str(b, "}")};
+    gr_expr item = gr_seq2(b, gr_ref(b, value), ws);
+    gr_expr ar[] = {gr_str(b, "["), ws,
+                    gr_rep(b, gr_seq2(b, item, gr_rep(b, gr_seq2(b, comma, item), 0, -1)), 0, 1),
+                    gr_str(b, "]")};
+    gr_expr alts[] = {gr_ref(b, string), sc_syn_number(c, false), gr_str(b, "true"),
+                      gr_str(b, "false"), gr_str(b, "null"), gr_ref(b, object),
+                      gr_ref(b, array)};
+    if (gr_rule_define(b, string, sc_quoted(c, sc_raw(c)), NULL) ||
+        gr_rule_define(b, object, gr_seq(b, ob, 4), NULL) ||
+        gr_rule_define(b, array, gr_seq(b, ar, 4), NULL) ||
+        gr_rule_define(b, value, gr_alt(b, alts, 7), NULL))
+        return -1;
+    return value;
+}
+
+/* Any value (a schema of `true`, unlisted properties, unconstrained items). */
+static gr_expr any_ref(sc *c)
+{
+    if (c->r_any < 0) c->r_any = c->syn ? syn_any_rule(c) : gr_json_any_rule(c->b);
+    return c->r_any < 0 ? -1 : gr_ref(c->b, c->r_any);
+}
+
 /* ------------------------------------------------------------ conjunctions */
 
 static gr_expr value_list(sc *c, const json_t *const *list, int n);
@@ -298,8 +422,7 @@ static gr_expr value_list(sc *c, const json_t *const *list, int n);
 static gr_expr value_one(sc *c, const json_t *s)
 {
     if (json_is_true(s)) {
-        if (c->r_any < 0) c->r_any = gr_json_any_rule(c->b);
-        return gr_ref(c->b, c->r_any);
+        return any_ref(c);
     }
     if (json_is_false(s)) return gr_alt(c->b, NULL, 0);
     if (!json_is_object(s))
@@ -670,6 +793,10 @@ static gr_expr literals(sc *c, const json_t *const *list, int n, int types)
             alts[0] = f;
             na = 1;
         }
+        if (c->syn) {
+            alts[na++] = syn_literal(c, v, 0);
+            continue;
+        }
         char *txt = sc_dump(v);
         if (!txt) {
             json_decref(vals);
@@ -727,6 +854,7 @@ static const uint32_t PLAIN[] = {0x20, 0x21, 0x23, 0x5B, 0x5D, GR_MAX_CP}; /* un
 /* "key" as a JSON string literal */
 static gr_expr key_lit(sc *c, const char *key)
 {
+    if (c->syn) return syn_key(c, key, strlen(key));
     json_t *s = json_string(key);
     char *t = s ? sc_dump(s) : NULL;
     json_decref(s);
@@ -740,17 +868,28 @@ static gr_expr key_lit(sc *c, const char *key)
  * declared name (a rule of its own: a leaf, built once however often used). */
 static gr_expr extra_key(sc *c, const prop *props, int np)
 {
+    static const uint32_t BARE[] = {'-', '.', '0', '9', 'A', 'Z', '_', '_', 'a', 'z'};
     gr_builder *b = c->b;
-    const char **names = malloc(sizeof *names * (size_t)(np + 1));
+    const char **names = malloc(sizeof *names * (size_t)(np + 2));
     if (!names) return sc_fail(c, KILN_E_NOMEM, "out of memory");
     for (int i = 0; i < np; i++)
         names[i] = props[i].key;
-    gr_expr body = gr_class_star_except(b, gr_class(b, PLAIN, 3, false), names, (size_t)np);
+    if (c->syn) names[np] = ""; /* a bare key is never empty */
+    gr_expr body = c->syn ? gr_class_star_except(b, gr_class(b, BARE, 5, false), names,
+                                                 (size_t)np + 1)
+                          : gr_class_star_except(b, gr_class(b, PLAIN, 3, false), names, (size_t)np);
     free(names);
-    gr_expr q = gr_str(b, "\"");
-    gr_expr x[] = {q, body, q};
+    gr_expr key = body;
+    if (c->syn) { /* a reader keeps 255 bytes of a key: 64 characters */
+        gr_expr both[] = {body, gr_rep(b, gr_class(b, BARE, 5, false), 1, 64)};
+        key = gr_and(b, both, 2);
+    } else {
+        gr_expr q = gr_str(b, "\"");
+        gr_expr x[] = {q, body, q};
+        key = gr_seq(b, x, 3);
+    }
     gr_rule r = gr_rule_new(b, "extra-key");
-    if (r < 0 || gr_rule_define(b, r, gr_seq(b, x, 3), NULL)) return -1;
+    if (r < 0 || gr_rule_define(b, r, key, NULL)) return -1;
     return gr_ref(b, r);
 }
 
@@ -776,8 +915,7 @@ static gr_expr prop_value(sc *c, const prop *p)
     size_t at = path_push(c, "properties", p->key);
     gr_expr e;
     if (p->n == 0) {
-        if (c->r_any < 0) c->r_any = gr_json_any_rule(c->b);
-        e = gr_ref(c->b, c->r_any);
+        e = any_ref(c);
     } else if (p->n == 1) {
         e = value_one(c, p->schemas[0]);
     } else {
@@ -1065,8 +1203,7 @@ static gr_expr object_expr(sc *c, const json_t *const *list, int n)
     if (extras) {
         size_t at = path_push(c, "additionalProperties", NULL);
         if (ne == 0) {
-            if (c->r_any < 0) c->r_any = gr_json_any_rule(c->b);
-            extra_val = gr_ref(c->b, c->r_any);
+            extra_val = any_ref(c);
         } else {
             extra_val = ne == 1 ? value_one(c, extra_schemas[0]) : value_list(c, extra_schemas, ne);
         }
@@ -1134,8 +1271,7 @@ static gr_expr array_expr(sc *c, const json_t *const *list, int n)
         size_t at = path_push(c, i < ntup ? "prefixItems" : "items", i < ntup ? idx : NULL);
         gr_expr v;
         if (ns == 0) {
-            if (c->r_any < 0) c->r_any = gr_json_any_rule(b);
-            v = gr_ref(b, c->r_any);
+            v = any_ref(c);
         } else {
             v = ns == 1 ? value_one(c, sch[0]) : value_list(c, sch, ns);
         }
@@ -1357,6 +1493,12 @@ static gr_expr value_list(sc *c, const json_t *const *list, int n)
 kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, bool strict, gr_expr *out,
                                      kiln_err *err)
 {
+    return gr_builder_add_json_schema_as(b, schema, strict, NULL, out, err);
+}
+
+kiln_code gr_builder_add_json_schema_as(gr_builder *b, const json_t *schema, bool strict,
+                                        const gr_value_syntax *syn, gr_expr *out, kiln_err *err)
+{
     *out = -1;
     sc c = {.b = b,
             .root = schema,
@@ -1365,7 +1507,11 @@ kiln_code gr_builder_add_json_schema(gr_builder *b, const json_t *schema, bool s
             .r_number = -1,
             .r_integer = -1,
             .r_any = -1,
+            .syn = syn,
+            .raw = -1,
             .err = err};
+    if (syn && syn->quote < 0 && !b->failed)
+        gr_b_fail(b, KILN_E_INTERNAL, "grammar: a value syntax needs its string delimiter");
     if (!b->failed) {
         if (!json_is_object(schema) && !json_is_boolean(schema))
             sc_fail(&c, KILN_E_INVALID, "the schema must be an object or a boolean");

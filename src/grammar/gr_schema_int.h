@@ -29,6 +29,8 @@ typedef struct {
     json_t **tmp; /* OWNED references: schema copies made while distributing anyOf */
     int32_t n_tmp, cap_tmp;
     gr_rule r_string, r_number, r_integer, r_any; /* shared rules, -1 until first use */
+    const gr_value_syntax *syn; /* NULL: JSON; else strings raw between syn->quote */
+    gr_expr raw;                /* syn: a string body (text without syn->forbid); -1 until used */
     int depth;
     char path[192]; /* where we are, for messages ("/properties/a/items") */
     kiln_err *err;
@@ -44,5 +46,11 @@ gr_expr sc_string(sc *c, const json_t *const *list, int n);
 gr_expr sc_number(sc *c, const json_t *const *list, int n, bool integer);
 /* A JSON value as compact text (enum/const); *out OWNED (free). */
 char *sc_dump(const json_t *v);
+/* syn: a string body as raw text, and a string (syn->quote on both sides). */
+gr_expr sc_raw(sc *c);
+gr_expr sc_quoted(sc *c, gr_expr body);
+/* syn: an unbounded integer / number a JSON reader reads back exactly (no
+ * overflow: at most 18 integer digits, 2 exponent digits). */
+gr_expr sc_syn_number(sc *c, bool integer);
 
 #endif

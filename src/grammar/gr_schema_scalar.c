@@ -83,9 +83,41 @@ static const char *const SPEC_FORMATS[] = {"date-time",    "date",          "tim
 
 static gr_expr quoted(sc *c, gr_expr body)
 {
-    gr_expr q = gr_str(c->b, "\"");
+    gr_expr q = c->syn ? c->syn->quote : gr_str(c->b, "\"");
     gr_expr x[] = {q, body, q};
     return gr_seq(c->b, x, 3);
+}
+
+gr_expr sc_syn_number(sc *c, bool integer)
+{
+    /* parsed back one value at a time by a JSON reader (jansson): integers
+     * that fit 64 bits, reals that neither overflow nor underflow (a subset) */
+    static const uint32_t D09[] = {'0', '9'}, D19[] = {'1', '9'}, E[] = {'E', 'E', 'e', 'e'},
+                          S[] = {'+', '+', '-', '-'};
+    gr_builder *b = c->b;
+    gr_expr d = gr_class(b, D09, 1, false);
+    gr_expr x[] = {gr_rep(b, gr_str(b, "-"), 0, 1),
+                   gr_alt2(b, gr_str(b, "0"), gr_seq2(b, gr_class(b, D19, 1, false), gr_rep(b, d, 0, 17)))};
+    gr_expr in = gr_seq(b, x, 2);
+    if (integer) return in;
+    gr_expr ex[] = {gr_class(b, E, 2, false), gr_rep(b, gr_class(b, S, 2, false), 0, 1), gr_rep(b, d, 1, 2)};
+    gr_expr y[] = {in, gr_rep(b, gr_seq2(b, gr_str(b, "."), gr_rep(b, d, 1, 17)), 0, 1),
+                   gr_rep(b, gr_seq(b, ex, 3), 0, 1)};
+    return gr_seq(b, y, 3);
+}
+
+gr_expr sc_quoted(sc *c, gr_expr body)
+{
+    return quoted(c, body);
+}
+
+gr_expr sc_raw(sc *c)
+{
+    static const uint32_t any[] = {0, GR_MAX_CP};
+    if (c->raw >= 0) return c->raw;
+    return c->raw = c->syn->n_forbid
+                        ? gr_text_without(c->b, c->syn->forbid, c->syn->n_forbid)
+                        : gr_rep(c->b, gr_class(c->b, any, 1, false), 0, -1);
 }
 
 /* The string expression for a format; -2 when the format is an annotation only. */
@@ -95,7 +127,7 @@ static gr_expr format_expr(sc *c, const char *f)
         if (!strcmp(f, FORMATS[i].name)) {
             gr_expr e;
             kiln_err err;
-            if (gr_regex_add(c->b, FORMATS[i].re, strlen(FORMATS[i].re), true, &e, &err))
+            if (gr_regex_add(c->b, FORMATS[i].re, strlen(FORMATS[i].re), !c->syn, &e, &err))
                 return sc_fail(c, KILN_E_INTERNAL, "format '%s': %s", f, err.msg);
             return quoted(c, e);
         }
@@ -136,7 +168,7 @@ gr_expr sc_string(sc *c, const json_t *const *list, int n)
             if (!json_is_string(v)) return sc_fail(c, KILN_E_INVALID, "'pattern' must be a string");
             gr_expr e;
             kiln_err err;
-            if (gr_regex_add(c->b, json_string_value(v), json_string_length(v), true, &e, &err))
+            if (gr_regex_add(c->b, json_string_value(v), json_string_length(v), !c->syn, &e, &err))
                 return sc_fail(c, err.code, "%s", err.msg);
             parts[np++] = quoted(c, e);
         }
@@ -153,6 +185,18 @@ gr_expr sc_string(sc *c, const json_t *const *list, int n)
     if (max >= 0 && min > max) return gr_alt(c->b, NULL, 0); /* nothing */
     if (min > 100000 || max > 100000)
         return sc_fail(c, KILN_E_UNSUPPORTED, "'minLength'/'maxLength' over 100000");
+    if (c->syn) { /* raw text: the bounds in code points, never a forbidden text */
+        static const uint32_t any[] = {0, GR_MAX_CP};
+        if (np == 0 && min == 0 && max < 0) {
+            if (c->r_string < 0) c->r_string = leaf_rule(c, "string", quoted(c, sc_raw(c)));
+            return gr_ref(c->b, c->r_string);
+        }
+        if (min > 0 || max >= 0)
+            parts[np++] =
+                quoted(c, gr_rep(c->b, gr_class(c->b, any, 1, false), (int32_t)min, (int32_t)max));
+        parts[np++] = quoted(c, sc_raw(c));
+        return gr_and(c->b, parts, (size_t)np);
+    }
     if (np == 0 && min == 0 && max < 0) {
         if (c->r_string < 0) c->r_string = leaf_rule(c, "string", gr_json_string(c->b, 0, -1));
         return gr_ref(c->b, c->r_string);
@@ -462,7 +506,9 @@ gr_expr sc_number(sc *c, const json_t *const *list, int n, bool integer)
         gr_rule *r = integer ? &c->r_integer : &c->r_number;
         if (*r < 0)
             *r = leaf_rule(c, integer ? "integer" : "number",
-                           integer ? gr_json_integer(c->b) : gr_json_number(c->b));
+                           c->syn    ? sc_syn_number(c, integer)
+                           : integer ? gr_json_integer(c->b)
+                                     : gr_json_number(c->b));
         return gr_ref(c->b, *r);
     }
     if (integer) { /* integral bounds: ceil / floor, strictness folded in */

@@ -2,8 +2,9 @@
  * gr_vocab.c — a tokenizer's tokens as bytes: the token trie the matcher walks
  * and the leaf cache shared by every matcher on this vocabulary.
  *
- * Trie: the constrainable tokens (not special, not empty, at most
- * GR_MAX_TOKEN_BYTES bytes) sorted by their bytes; nodes are laid out in
+ * Trie: the constrainable tokens (not empty, at most GR_MAX_TOKEN_BYTES
+ * bytes; a special token as its marker 0xFF id id id, an ordinary token
+ * holding 0xFF left out) sorted by their bytes; nodes are laid out in
  * preorder without the root, each with its byte, depth, the index just past
  * its subtree (tend: skipping a dead subtree is one assignment) and the token
  * that ends there (others with the same bytes chain through dup).
@@ -179,11 +180,17 @@ kiln_code gr_vocab_create(const tok_tokenizer *tok, gr_vocab **out, kiln_err *er
     }
     int32_t n_ok = 0;
     for (int32_t id = 0; id < n; id++) {
-        char *b = NULL;
+        char *b = NULL, mark[GR_SPECIAL_LEN];
         size_t bl = 0;
         v->off[id] = (uint32_t)len;
         v->dup[id] = -1;
-        if (tok_token_bytes(tok, id, &b, &bl, NULL) != KILN_OK) bl = 0; /* a hole in the ids */
+        bool special = tok_is_special(tok, id);
+        if (special) { /* its marker: no text spells it (gr_special) */
+            gr_special_marker(id, (uint8_t *)mark);
+            bl = id <= GR_SPECIAL_MAX_ID ? GR_SPECIAL_LEN : 0;
+        } else if (tok_token_bytes(tok, id, &b, &bl, NULL) != KILN_OK) {
+            bl = 0; /* a hole in the ids */
+        }
         if (len + bl > cap) {
             while (len + bl > cap)
                 cap *= 2;
@@ -195,10 +202,13 @@ kiln_code gr_vocab_create(const tok_tokenizer *tok, gr_vocab **out, kiln_err *er
             }
             v->bytes = nb;
         }
-        if (bl) memcpy(v->bytes + len, b, bl);
+        if (bl) memcpy(v->bytes + len, special ? mark : b, bl);
         free(b);
         len += bl;
-        v->ok[id] = bl > 0 && bl <= GR_MAX_TOKEN_BYTES && !tok_is_special(tok, id);
+        /* an ordinary token holding 0xFF (a byte no UTF-8 text has) could start
+         * a marker: out of the trie, as no grammar over text accepts it anyway */
+        v->ok[id] = bl > 0 && bl <= GR_MAX_TOKEN_BYTES &&
+                    (special || !memchr(v->bytes + len - bl, GR_SPECIAL_LEAD, bl));
         if (v->ok[id]) ids[n_ok++] = id;
     }
     v->off[n] = (uint32_t)len;

@@ -1235,6 +1235,7 @@ kv_ssd_stats kv_ssd_get_stats(kv_ssd *s)
     pthread_mutex_lock(&s->mu);
     kv_ssd_stats st = s->st;
     pthread_mutex_unlock(&s->mu);
+    st.queue_cap = s->cfg.queue_bytes;
     return st;
 }
 

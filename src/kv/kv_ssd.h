@@ -97,6 +97,7 @@ typedef struct {
     uint64_t ckpt_entries;             /* of which checkpoints */
     uint64_t hits, misses;             /* kv_ssd_get of blocks */
     uint64_t pending, pending_bytes;   /* queued, not yet durable */
+    uint64_t queue_cap;                /* the write queue's cap (config queue_bytes) */
     uint64_t written, dropped, failed; /* writes done / queue overflow / write errors */
     uint64_t quarantined, evicted;     /* bad entries moved aside / cap evictions */
     uint64_t skipped, skipped_bytes;   /* start-up: sound entries of this model under another

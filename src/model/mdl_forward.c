@@ -187,10 +187,14 @@ static kiln_code check_batch(const mdl_ctx *cx, const kv_pool *kv, const mdl_seq
                         "given back",
                         (int)i, (long long)j, g, (int)s->pos0);
         }
+        if (cx->m->mtp && !s->hidden_in)
+            return kiln_fail(err, KILN_E_INVALID,
+                             "sequence %d: an MTP head needs the target's hidden states",
+                             (int)i);
         if (s->lora) {
             if (s->lora->n < 0 || s->lora->n > MDL_LORA_MAX_STACK)
-                return kiln_fail(err, KILN_E_INVALID, "sequence %d: %d adapters (limit %d)",
-                                 (int)i, (int)s->lora->n, MDL_LORA_MAX_STACK);
+                return kiln_fail(err, KILN_E_INVALID, "sequence %d: %d adapters (limit %d)", (int)i,
+                                 (int)s->lora->n, MDL_LORA_MAX_STACK);
             for (int32_t k = 0; k < s->lora->n; k++)
                 if (!mdl_lora_for_model(s->lora->a[k], cx->m))
                     return kiln_fail(err, KILN_E_INVALID,
@@ -258,16 +262,11 @@ static kiln_code step_alloc(mdl_step *s, kiln_err *err)
     return rc;
 }
 
-static void layer_forward(mdl_step *s, int32_t L)
+static void layer_unfused(mdl_step *s, int32_t L)
 {
     const mdl_layer *ly = &s->m->layers[L];
     int64_t T = s->T, H = s->m->plan.hidden;
-    s->ly = ly;
-    s->layer = L;
     mdl_norm_rows(s, s->h, s->x, ly->in_norm, H);
-    /* a fused attention stage adds its rows into x itself when nothing comes
-     * between it and the residual add (the same x + h, element by element) */
-    s->fold_residual = s->fused && ly->p->mixer == MDL_MIX_ATTN && !ly->post_mix_norm;
     switch (ly->p->mixer) {
     case MDL_MIX_ATTN:
         mdl_attn_forward(s);
@@ -277,9 +276,8 @@ static void layer_forward(mdl_step *s, int32_t L)
         break;
     }
     if (ly->post_mix_norm) mdl_norm_rows(s, s->h, s->h, ly->post_mix_norm, H);
-    if (!s->fold_residual) kn_add(s->x, s->h, T * H);
+    kn_add(s->x, s->h, T * H);
     mdl_norm_rows(s, s->h, s->x, ly->pre_ffn_norm, H);
-    s->fold_residual = s->fused && ly->p->ffn == MDL_FFN_DENSE && !ly->post_ffn_norm;
     switch (ly->p->ffn) {
     case MDL_FFN_DENSE:
         mdl_mlp_forward(s);
@@ -289,12 +287,108 @@ static void layer_forward(mdl_step *s, int32_t L)
         break;
     }
     if (ly->post_ffn_norm) mdl_norm_rows(s, s->h, s->h, ly->post_ffn_norm, H);
-    if (!s->fold_residual) kn_add(s->x, s->h, T * H);
-    s->fold_residual = 0;
+    kn_add(s->x, s->h, T * H);
     if (ly->p->pli) mdl_pli_forward(s);
     if (ly->scalar != 1.0f) /* Gemma 4: the whole residual, last step of the layer */
         for (int64_t i = 0; i < T * H; i++)
             s->x[i] *= ly->scalar;
+}
+
+/* The element-wise work between two matmul jobs of a fused layer, per token
+ * row, in the order layer_unfused does it:
+ *   [moe_out] h = the MoE block's output (mdl_moe_out_row)
+ *   [post]    h = RMSNorm(h, post)
+ *   [add]     x += h
+ *   [scale]   x *= scale
+ *   [renorm]  h = RMSNorm(x, renorm)   (the next block's input)
+ *   [moe_in]  the MoE block's inputs (mdl_moe_in_row)
+ * Each is the same kernel call on the same row as there (norms and adds are
+ * per row, the adds and the scale per element), so the bits match; one pool
+ * job instead of up to four, none at T = 1. */
+typedef struct {
+    mdl_step *s;
+    const float *post, *renorm;
+    int moe_out, add, moe_in;
+    float scale;
+} row_job;
+
+static void row_stage(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const row_job *j = ctx;
+    mdl_step *s = j->s;
+    int64_t H = s->m->plan.hidden;
+    float eps = (float)s->m->cfg.rms_eps;
+    for (int64_t t = t0; t < t1; t++) {
+        float *h = s->h + t * H, *x = s->x + t * H;
+        if (j->moe_out) mdl_moe_out_row(s, t);
+        if (j->post) kn_rmsnorm(h, h, j->post, H, eps, 0.0f);
+        if (j->add) kn_add(x, h, H);
+        if (j->scale != 1.0f)
+            for (int64_t d = 0; d < H; d++)
+                x[d] *= j->scale;
+        if (j->renorm) kn_rmsnorm(h, x, j->renorm, H, eps, 0.0f);
+        if (j->moe_in) mdl_moe_in_row(s, t);
+    }
+}
+
+static void rows(mdl_step *s, row_job j)
+{
+    j.s = s;
+    if (j.moe_out || j.post || j.add || j.scale != 1.0f || j.renorm || j.moe_in)
+        kn_pool_for(s->pool, s->T, s->grain, row_stage, &j);
+}
+
+/* A layer of the fused step (s->fused): the kinds' fused jobs, with every
+ * norm, residual add and scale between them in one row job, the next layer's
+ * input norm included (s->h_ready). */
+static void layer_fused(mdl_step *s, int32_t L)
+{
+    const mdl_layer *ly = &s->m->layers[L];
+    const mdl_layer_plan *p = ly->p;
+    int64_t H = s->m->plan.hidden;
+    const float *next_norm = L + 1 < s->m->plan.n_layers ? s->m->layers[L + 1].in_norm : NULL;
+    if (!s->h_ready) mdl_norm_rows(s, s->h, s->x, ly->in_norm, H);
+    s->h_ready = 0;
+    /* the attention stage adds its rows into x itself when nothing comes
+     * between it and the residual add (the same x + h, element by element) */
+    s->fold_residual = p->mixer == MDL_MIX_ATTN && !ly->post_mix_norm;
+    switch (p->mixer) {
+    case MDL_MIX_ATTN:
+        mdl_attn_forward(s);
+        break;
+    case MDL_MIX_DELTANET:
+        mdl_delta_forward(s);
+        break;
+    }
+    rows(s, (row_job){.post = ly->post_mix_norm,
+                      .add = !s->fold_residual,
+                      .scale = 1.0f,
+                      .renorm = ly->pre_ffn_norm,
+                      .moe_in = p->ffn == MDL_FFN_MOE});
+    s->fold_residual = p->ffn == MDL_FFN_DENSE && !ly->post_ffn_norm;
+    switch (p->ffn) {
+    case MDL_FFN_DENSE:
+        mdl_mlp_forward(s);
+        break;
+    case MDL_FFN_MOE:
+        mdl_moe_forward(s);
+        break;
+    }
+    row_job end = {.moe_out = p->ffn == MDL_FFN_MOE,
+                   .post = ly->post_ffn_norm,
+                   .add = !s->fold_residual,
+                   .scale = 1.0f};
+    s->fold_residual = 0;
+    if (p->pli) {
+        rows(s, end);
+        mdl_pli_project(s); /* h = the gate's projection; its norm and add follow */
+        end = (row_job){.post = ly->pli.post_norm, .add = 1, .scale = 1.0f};
+    }
+    end.scale = ly->scalar;
+    end.renorm = next_norm;
+    rows(s, end);
+    s->h_ready = next_norm != NULL;
 }
 
 /* Embedding rows (scaled when the family says) and each rope's cos/sin. */
@@ -345,6 +439,7 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
     arena_reset(&cx->ar);
     if ((rc = step_alloc(&s, err))) return rc;
     embed_tokens(&s);
+    if (m->mtp) mdl_mtp_inputs(&s);
     if (kv_pool_has_state(kv)) /* a sequence at its start has a zero recurrent state */
         for (int32_t i = 0; i < n_seqs; i++)
             if (seqs[i].pos0 == 0) {
@@ -353,8 +448,14 @@ kiln_code mdl_forward(mdl_ctx *cx, kv_pool *kv, const mdl_seq *seqs, int32_t n_s
                 (void)n;
             }
     mdl_pli_inputs(&s);
-    for (int32_t L = 0; L < p->n_layers; L++)
-        layer_forward(&s, L);
+    for (int32_t L = 0; L < p->n_layers; L++) {
+        s.ly = &m->layers[L];
+        s.layer = L;
+        if (s.fused)
+            layer_fused(&s, L);
+        else
+            layer_unfused(&s, L);
+    }
     /* final norm on the rows that need logits, gathered densely into h */
     int64_t H = p->hidden, n_out = 0, row = 0;
     float eps = (float)m->cfg.rms_eps;

@@ -97,6 +97,11 @@ struct mdl_model {
     float *pli_norm;              /* OWNED [P] per_layer_projection_norm */
     uint64_t fingerprint;
     mdl_info info;
+    /* an MTP head (mdl_load_mtp): layer 0 is mtp.layers.0, final_norm mtp.norm */
+    int mtp;
+    kn_mat mtp_fc;             /* [H, 2H]: fc over [norm_e(embed), norm_h(hidden)] */
+    float *mtp_norm_e;         /* OWNED [H] pre_fc_norm_embedding (1 + w in HF layout) */
+    float *mtp_norm_h;         /* OWNED [H] pre_fc_norm_hidden */
 };
 
 /* ---------------------------------------------------------------- mdl_tensors.c */
@@ -136,20 +141,21 @@ struct mdl_step {
     int32_t n_seqs, T;
     int32_t layer; /* the layer being run */
     const mdl_layer *ly;
-    float *x;                   /* [T, H] the residual stream */
-    float *h;                   /* [T, H] normed input of a block, then its output */
-    float *q, *k, *v, *att;     /* [T, max_q], [T, max_kv] x2, [T, max_q] */
-    float *g, *u;               /* [T, max_ffn] x2 */
-    float *mix;                 /* [T, max_mix] mixer scratch (NULL when max_mix is 0) */
-    int32_t *row0; /* [n_seqs + 1]: sequence i's tokens are rows [row0[i], row0[i+1]) */
-    float *cs[MDL_MAX_ROPES];   /* [T, rope.rot] cos/sin per rope */
-    float *scratch;             /* [n_threads, attn_scratch] */
-    int64_t attn_scratch;       /* floats per thread */
+    float *x;                 /* [T, H] the residual stream */
+    float *h;                 /* [T, H] normed input of a block, then its output */
+    float *q, *k, *v, *att;   /* [T, max_q], [T, max_kv] x2, [T, max_q] */
+    float *g, *u;             /* [T, max_ffn] x2 */
+    float *mix;               /* [T, max_mix] mixer scratch (NULL when max_mix is 0) */
+    int32_t *row0;            /* [n_seqs + 1]: sequence i's tokens are rows [row0[i], row0[i+1]) */
+    float *cs[MDL_MAX_ROPES]; /* [T, rope.rot] cos/sin per rope */
+    float *scratch;           /* [n_threads, attn_scratch] */
+    int64_t attn_scratch;     /* floats per thread */
     int32_t *tok_seq, *tok_pos; /* [T] */
     void *aa;                   /* kn_attn_args [n_seqs] (mdl_attn.c) */
     void *moe;                  /* MoE scratch (mdl_moe.c); NULL without MoE layers */
     float *pli;                 /* [T, L*P] per-layer inputs (mdl_pli.c); NULL without */
     float *pli_tmp;             /* [n_threads, L*P] */
+    float *pli_g;               /* [n_threads, MDL_PLI_FUSED_MAX_TOKENS * P] (fused gate) */
     const float *norm_w;        /* the weight norm_rows applies */
     int64_t grain;              /* pool grain over tokens */
     int any_lora;               /* some sequence carries a non-empty mdl_lora_set */
@@ -162,6 +168,7 @@ struct mdl_step {
      * the context says (mdl_ctx_set_fused). Same bits either way. */
     int fused;
     int fold_residual; /* this stage adds its output into x itself (fused, no post-norm) */
+    int h_ready;       /* fused: the previous layer's last row job left in_norm(x) in h */
 };
 
 /* y[t] += b for t < T (b NULL: nothing). */
@@ -191,6 +198,12 @@ void mdl_attn_free(mdl_attn *a);
 /* mdl_delta.c: the gated DeltaNet mixer, the same contract; each sequence's
  * state lives in its state block (mdl_seq.state), snapshots as it asks. */
 void mdl_delta_forward(mdl_step *s);
+/* ---------------------------------------------------------------- mdl_mtp.c */
+/* Cuts the plan to the MTP head's one layer (a copy of the first full-attention
+ * layer's); checks the head is there. */
+kiln_code mdl_mtp_plan(mdl_model *m, kiln_err *err);
+kiln_code mdl_mtp_load(mdl_model *m, kiln_err *err); /* fc and the two pre-fc norms */
+void mdl_mtp_inputs(mdl_step *s); /* s->x: embeddings in, the layer's input rows out */
 kiln_code mdl_delta_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
 void mdl_delta_free(mdl_delta *d);
 /* mdl_mlp.c: the same contract. */
@@ -202,6 +215,13 @@ void mdl_mlp_free(mdl_mlp *f);
 size_t mdl_moe_scratch_bytes(const mdl_plan *p, int64_t T);
 kiln_code mdl_moe_alloc(mdl_step *s, arena *a, kiln_err *err);
 void mdl_moe_forward(mdl_step *s);
+/* The fused step (s->fused): the block's per-token input (u, and the router's
+ * input when it reads the residual) from row t of s->x and s->h, before
+ * mdl_moe_forward; and after it, row t of the output into s->h (the experts'
+ * weighted sum, the dense branch and their norms). mdl_moe_forward then leaves
+ * s->h for mdl_moe_out_row to finish. */
+void mdl_moe_in_row(mdl_step *s, int64_t t);
+void mdl_moe_out_row(mdl_step *s, int64_t t);
 kiln_code mdl_moe_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
 void mdl_moe_free(mdl_moe *e);
 /* mdl_pli.c: per-layer inputs. mdl_pli_inputs fills s->pli from the step's
@@ -211,6 +231,13 @@ size_t mdl_pli_scratch_bytes(const mdl_plan *p, int n_threads, int64_t T);
 kiln_code mdl_pli_alloc(mdl_step *s, arena *a, kiln_err *err);
 void mdl_pli_inputs(mdl_step *s);
 void mdl_pli_forward(mdl_step *s);
+/* The fused step's half of mdl_pli_forward: s->h = the gate's projection,
+ * before post_per_layer_input_norm and the residual add (the caller's row
+ * job does those). At most MDL_PLI_FUSED_MAX_TOKENS tokens: one pool job in
+ * which every chunk computes the whole (small) gate itself, then its rows of
+ * the projection; more tokens: the unfused jobs. */
+#define MDL_PLI_FUSED_MAX_TOKENS 16
+void mdl_pli_project(mdl_step *s);
 kiln_code mdl_pli_load_model(mdl_model *m, kiln_err *err);
 kiln_code mdl_pli_load(mdl_model *m, int32_t L, const char *prefix, kiln_err *err);
 void mdl_pli_free(mdl_pli *g);

@@ -17,7 +17,8 @@
  * otherwise (mlx-lm layout: conv axis moved, +1 folded in) they are the
  * multiplier. With no DeltaNet layer to look at, the mlx-lm prefix
  * (language_model.model.) says mlx. Never keyed on model_type. The gated
- * norm is always used as stored. mtp.* and vision tensors are never read.
+ * norm is always used as stored. Vision tensors are never read; mtp.* only
+ * by mdl_load_mtp (mdl_mtp.c), which loads the head as a model of its own.
  */
 #include "model/mdl_int.h"
 #include "util/half.h"
@@ -75,7 +76,7 @@ static kiln_code load_layer(mdl_model *m, int32_t L, kiln_err *err)
     kiln_code rc;
     ly->p = &m->plan.layer[L];
     ly->scalar = 1.0f;
-    snprintf(p, sizeof p, "%slayers.%d", m->prefix, (int)L);
+    snprintf(p, sizeof p, "%slayers.%d", m->mtp ? "mtp." : m->prefix, (int)L);
     snprintf(n, sizeof n, "%s.input_layernorm.weight", p);
     if ((rc = mdl_load_vec(m, n, H, 0, add, &ly->in_norm, err))) return rc;
     /* Llama's post_attention_layernorm is the pre-FFN norm; Gemma's sandwich
@@ -243,6 +244,7 @@ static void describe(mdl_model *m)
     memset(in, 0, sizeof *in);
     add_mat_info(in, &m->embed);
     if (!c->tie_word_embeddings) add_mat_info(in, &m->lm_head);
+    if (m->mtp) add_mat_info(in, &m->mtp_fc);
     const kn_mat *e = NULL; /* the first layer's first linear names the quantization */
     for (int64_t L = 0; L < c->n_layers; L++)
         for (int g = 0; g < N_MAT_GROUPS; g++) {
@@ -306,7 +308,24 @@ static void describe(mdl_model *m)
     m->fingerprint = XXH3_64bits_digest(&st);
 }
 
+static kiln_code load(const char *dir, int mtp, mdl_model **out, kiln_err *err);
+
 kiln_code mdl_load(const char *dir, mdl_model **out, kiln_err *err)
+{
+    return load(dir, 0, out, err);
+}
+
+kiln_code mdl_load_mtp(const char *dir, mdl_model **out, kiln_err *err)
+{
+    return load(dir, 1, out, err);
+}
+
+int mdl_is_mtp(const mdl_model *m)
+{
+    return m->mtp;
+}
+
+static kiln_code load(const char *dir, int mtp, mdl_model **out, kiln_err *err)
 {
     *out = NULL;
     mdl_model *m = calloc(1, sizeof *m);
@@ -327,6 +346,7 @@ kiln_code mdl_load(const char *dir, mdl_model **out, kiln_err *err)
     }
     if ((rc = find_prefix(m, err))) goto fail;
     detect_norm_layout(m);
+    if (mtp && (rc = mdl_mtp_plan(m, err))) goto fail; /* one layer from here on */
     if (c->has_vision || strcmp(m->prefix, "model.language_model.") == 0 ||
         strcmp(m->prefix, "language_model.model.") == 0)
         KLOG_INFO("model", "multimodal checkpoint: running the text model only (vision tower "
@@ -348,9 +368,10 @@ kiln_code mdl_load(const char *dir, mdl_model **out, kiln_err *err)
     } else if ((rc = mdl_load_mat(m, head, c->vocab, c->hidden, &m->lm_head, err))) {
         goto fail;
     }
-    snprintf(name, sizeof name, "%snorm.weight", m->prefix);
+    snprintf(name, sizeof name, "%snorm.weight", m->mtp ? "mtp." : m->prefix);
     if ((rc = mdl_load_vec(m, name, c->hidden, 0, m->plan.norm_add, &m->final_norm, err)))
         goto fail;
+    if (m->mtp && (rc = mdl_mtp_load(m, err))) goto fail;
     if ((rc = mdl_pli_load_model(m, err))) goto fail;
     for (int32_t L = 0; L < m->plan.n_layers; L++)
         if ((rc = load_layer(m, L, err))) goto fail;
@@ -386,6 +407,8 @@ void mdl_free(mdl_model *m)
     }
     free(m->final_norm);
     free(m->pli_norm);
+    free(m->mtp_norm_e);
+    free(m->mtp_norm_h);
     for (int r = 0; r < MDL_MAX_ROPES; r++)
         mdl_rope_free(&m->rope[r]);
     mdl_plan_free(&m->plan);

@@ -54,6 +54,10 @@ typedef struct {
     const kv_block_id *snap_blocks; /* BORROWED [n_snaps]: ... is copied into this state block */
     const mdl_lora_set *lora; /* BORROWED or NULL: the LoRA adapters this sequence runs with
                                  (mdl_lora.h); NULL or n == 0 = the base model */
+    const float *hidden_in; /* BORROWED [n_tokens, hidden]: an MTP head's second input
+                               (mdl_load_mtp): the target's final-normed hidden state at
+                               position pos0 + j, whose next token is tokens[j]; NULL for
+                               every other model */
 } mdl_seq;
 
 typedef struct {
@@ -71,6 +75,16 @@ typedef struct {
  * shape against the config. *out is new: mdl_free frees it. */
 kiln_code mdl_load(const char *dir, mdl_model **out, kiln_err *err);
 void mdl_free(mdl_model *m); /* NULL is a no-op */
+/* Loads the multi-token-prediction head of a Qwen3.5 snapshot (mtp.*,
+ * docs/hybrid.md, MTP) as a model of its own: one gated-attention layer
+ * (mtp.layers.0) whose input rows are fc([norm_e(embed(token)), norm_h(hidden)])
+ * — every mdl_seq it runs carries hidden_in —, final norm mtp.norm, and the
+ * snapshot's embeddings and lm_head. Its K/V (one layer) lives in a pool made
+ * from its own plan. KILN_E_UNSUPPORTED for other architectures or more than
+ * one MTP layer, KILN_E_NOT_FOUND when the snapshot has no mtp.* head.
+ * *out is new: mdl_free. */
+kiln_code mdl_load_mtp(const char *dir, mdl_model **out, kiln_err *err);
+int mdl_is_mtp(const mdl_model *m); /* 1 for a model from mdl_load_mtp */
 const wt_config *mdl_config(const mdl_model *m);
 int64_t mdl_vocab(const mdl_model *m);
 mdl_info mdl_get_info(const mdl_model *m);

@@ -26,6 +26,10 @@
  *   experts.switch_glu.{gate,up,down}_proj(.weight/.scales/.biases)     (mlx-lm)
  *   mlp.gate [E, H]; mlp.switch_mlp.* (mlx) or mlp.experts.e.* (HF)      (Qwen3-MoE)
  * Contract: reads s->h (pre_ffn_norm(x)) and s->x, leaves the output in s->h.
+ * The fused step (s->fused) splits the per-token work off into
+ * mdl_moe_in_row / mdl_moe_out_row, which run inside the step's row jobs
+ * before and after mdl_moe_forward, and issues the matmuls of a layer as
+ * three pool jobs (moe_fused).
  */
 #include "kernels/kn_ops.h"
 #include "model/mdl_int.h"
@@ -34,6 +38,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One matrix of a fused MoE job (moe_job): rows of y = x·Wᵀ (+ b) for its n
+ * input rows, or with U rows of act(x·Wᵀ + b) ⊙ (x·Uᵀ + bu), the GLU form. */
+typedef struct {
+    const kn_mat *W, *U; /* U NULL: a plain matmul */
+    const float *b, *bu; /* biases or NULL */
+    const float *x;      /* [n, W->cols] */
+    int64_t n;
+    float *y, *yu;  /* [n, W->rows]; yu: U's output (scratch) */
+    int64_t v0, v1; /* its units in the job: a row is 1 unit, 2 in the GLU form */
+} moe_piece;
+
+/* Tokens up to which the chosen experts of the whole step run as two pool
+ * jobs (their gathered inputs held at once: T·k rows); more tokens run
+ * expert by expert (each expert's weights are still read once per step). */
+#define MOE_FUSED_MAX_TOKENS 16
 
 typedef struct {
     float *u;       /* [T, H] expert input */
@@ -44,19 +64,35 @@ typedef struct {
     int32_t *first; /* [E + 1] start of each expert's entries in list */
     int32_t *fill;  /* [E] */
     int32_t *list;  /* [T * k] token * k + slot, grouped by expert */
-    float *a;       /* [T, H] one expert's gathered inputs */
-    float *y;       /* [T, H] its outputs */
+    float *a;       /* [cap, H] one expert's gathered inputs (fused: every chosen expert's) */
+    float *y;       /* [cap, H] its outputs */
     float *acc;     /* [T, H] */
+    float *gg, *uu; /* [cap, max_ffn] the chosen experts' gate / up (fused) */
+    int32_t *inv;   /* [T * k] entry (token * k + slot) -> its index in list (fused) */
+    moe_piece *pc;  /* [max_experts + 2] */
+    int onebatch;   /* this layer's experts ran as one batch: y holds every entry's output */
 } moe_scratch;
+
+/* Rows of a and y: every entry of the step when it is small enough to run
+ * the chosen experts as one batch, else one expert's tokens (≤ T). Growing in
+ * T, so the context's arena (sized at max_tokens) fits every step. */
+static int64_t moe_cap(int64_t T, int64_t k)
+{
+    int64_t small = (T < MOE_FUSED_MAX_TOKENS ? T : MOE_FUSED_MAX_TOKENS) * k;
+    return small > T ? small : T;
+}
 
 /* ---------------------------------------------------------------- sizing */
 
 size_t mdl_moe_scratch_bytes(const mdl_plan *p, int64_t T)
 {
     if (p->max_experts == 0) return 0;
-    size_t f = (size_t)T * (size_t)(5 * p->hidden + p->max_experts + p->max_top_k);
-    size_t i = (size_t)T * 2 * (size_t)p->max_top_k + 2 * (size_t)p->max_experts + 1;
-    return sizeof(moe_scratch) + 4 * (f + i) + 64 * 12;
+    size_t cap = (size_t)moe_cap(T, p->max_top_k);
+    size_t f = (size_t)T * (size_t)(3 * p->hidden + p->max_experts + p->max_top_k) +
+               cap * (size_t)(2 * p->hidden + 2 * p->max_ffn);
+    size_t i = (size_t)T * 3 * (size_t)p->max_top_k + 2 * (size_t)p->max_experts + 1;
+    return sizeof(moe_scratch) + 4 * (f + i) + sizeof(moe_piece) * ((size_t)p->max_experts + 2) +
+           64 * 16;
 }
 
 kiln_code mdl_moe_alloc(mdl_step *s, arena *a, kiln_err *err)
@@ -69,8 +105,14 @@ kiln_code mdl_moe_alloc(mdl_step *s, arena *a, kiln_err *err)
     if (!ms) return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
     ms->u = ARENA_ARRAY(a, float, T *H);
     ms->r = ARENA_ARRAY(a, float, T *H);
-    ms->a = ARENA_ARRAY(a, float, T *H);
-    ms->y = ARENA_ARRAY(a, float, T *H);
+    int64_t cap = moe_cap(T, k);
+    ms->a = ARENA_ARRAY(a, float, cap *H);
+    ms->y = ARENA_ARRAY(a, float, cap *H);
+    ms->gg = ARENA_ARRAY(a, float, cap * p->max_ffn);
+    ms->uu = ARENA_ARRAY(a, float, cap * p->max_ffn);
+    ms->inv = ARENA_ARRAY(a, int32_t, T * k);
+    ms->pc = ARENA_ARRAY(a, moe_piece, p->max_experts + 2);
+    ms->onebatch = 0;
     ms->acc = ARENA_ARRAY(a, float, T *H);
     ms->logits = ARENA_ARRAY(a, float, T * p->max_experts);
     ms->wsel = ARENA_ARRAY(a, float, T *k);
@@ -79,7 +121,7 @@ kiln_code mdl_moe_alloc(mdl_step *s, arena *a, kiln_err *err)
     ms->first = ARENA_ARRAY(a, int32_t, p->max_experts + 1);
     ms->fill = ARENA_ARRAY(a, int32_t, p->max_experts);
     if (!ms->u || !ms->r || !ms->a || !ms->y || !ms->acc || !ms->logits || !ms->wsel || !ms->sel ||
-        !ms->list || !ms->first || !ms->fill)
+        !ms->list || !ms->first || !ms->fill || !ms->gg || !ms->uu || !ms->inv || !ms->pc)
         return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
     s->moe = ms;
     return KILN_OK;
@@ -221,17 +263,197 @@ static void run_expert(mdl_step *s, int32_t e)
     if (j.n == 0) return; /* never read: decode touches only the chosen experts */
     int64_t grain = j.n > 64 ? 16 : 1;
     kn_pool_for(s->pool, j.n, grain, gather_rows, &j);
-    kn_matmul(s->pool, &mo->gate[e], ms->a, j.n, s->g);
-    kn_matmul(s->pool, &mo->up[e], ms->a, j.n, s->u);
-    kn_pool_for(s->pool, j.n, grain, act_rows, &j);
+    if (s->fused) /* gate, up and the activation as one job */
+        kn_matmul_glu(s->pool, &mo->gate[e], &mo->up[e], NULL, NULL,
+                      s->ly->p->act == MDL_ACT_GELU_TANH ? KN_ACT_GELU_TANH : KN_ACT_SILU, ms->a,
+                      j.n, s->g, s->u);
+    else {
+        kn_matmul(s->pool, &mo->gate[e], ms->a, j.n, s->g);
+        kn_matmul(s->pool, &mo->up[e], ms->a, j.n, s->u);
+        kn_pool_for(s->pool, j.n, grain, act_rows, &j);
+    }
     kn_matmul(s->pool, &mo->down[e], s->g, j.n, ms->y);
     kn_pool_for(s->pool, j.n, grain, scatter_rows, &j);
+}
+
+/* ---------------------------------------------------------------- the fused step */
+
+typedef struct {
+    moe_piece *pc;
+    int n;
+    kn_act act;
+} moe_job;
+
+static void piece_rows(void *ctx, int64_t v0, int64_t v1, int tid)
+{
+    (void)tid;
+    const moe_job *j = ctx;
+    for (int i = 0; i < j->n; i++) {
+        const moe_piece *p = &j->pc[i];
+        if (p->v1 <= v0 || p->v0 >= v1) continue;
+        int64_t mult = p->U ? 2 : 1, R = p->W->rows;
+        int64_t a = (v0 > p->v0 ? v0 : p->v0) - p->v0, b = (v1 < p->v1 ? v1 : p->v1) - p->v0;
+        int64_t r0 = a / mult, r1 = (b + mult - 1) / mult;
+        if (r1 > R) r1 = R;
+        if (r0 >= r1) continue;
+        kn_matmul_rows(p->W, p->x, p->n, p->y, r0, r1);
+        if (p->b)
+            for (int64_t t = 0; t < p->n; t++)
+                kn_add(p->y + t * R + r0, p->b + r0, r1 - r0);
+        if (!p->U) continue;
+        kn_matmul_rows(p->U, p->x, p->n, p->yu, r0, r1);
+        if (p->bu)
+            for (int64_t t = 0; t < p->n; t++)
+                kn_add(p->yu + t * R + r0, p->bu + r0, r1 - r0);
+        for (int64_t t = 0; t < p->n; t++) {
+            float *g = p->y + t * R + r0;
+            const float *u = p->yu + t * R + r0;
+            if (j->act == KN_ACT_GELU_TANH)
+                kn_gelu_tanh_mul(g, g, u, r1 - r0);
+            else
+                kn_silu_mul(g, g, u, r1 - r0);
+        }
+    }
+}
+
+/* The pieces as one pool job over their concatenated rows (a GLU piece's rows
+ * count twice, for balance). Each piece starts on a multiple of the grain, so
+ * a chunk's rows of a matrix start on a multiple of 8: every kernel's row tile
+ * (4) stays whole, and each y[t][r] is bitwise what kn_matmul gives. */
+static void run_pieces(mdl_step *s, moe_piece *pc, int n)
+{
+    const int64_t grain = 16;
+    int64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        pc[i].v0 = v;
+        pc[i].v1 = v + pc[i].W->rows * (pc[i].U ? 2 : 1);
+        v += (pc[i].v1 - pc[i].v0 + grain - 1) / grain * grain;
+    }
+    moe_job j = {pc, n, s->ly->p->act == MDL_ACT_GELU_TANH ? KN_ACT_GELU_TANH : KN_ACT_SILU};
+    kn_pool_for(s->pool, v, grain, piece_rows, &j);
+}
+
+void mdl_moe_in_row(mdl_step *s, int64_t t)
+{
+    moe_scratch *ms = s->moe;
+    const mdl_moe *mo = &s->ly->moe;
+    const mdl_moe_plan *mp = &s->ly->p->moe;
+    int64_t H = s->m->plan.hidden;
+    float eps = (float)s->m->cfg.rms_eps;
+    if (mp->dense_branch)
+        kn_rmsnorm(ms->u + t * H, s->x + t * H, mo->pre_norm_2, H, eps, 0.0f);
+    else
+        memcpy(ms->u + t * H, s->h + t * H, sizeof(float) * (size_t)H);
+    if (mp->input == MDL_ROUTER_ON_RESIDUAL)
+        kn_rmsnorm(ms->r + t * H, s->x + t * H, mo->router_scale, H, eps, 0.0f);
+}
+
+void mdl_moe_out_row(mdl_step *s, int64_t t)
+{
+    moe_scratch *ms = s->moe;
+    const mdl_moe *mo = &s->ly->moe;
+    const mdl_moe_plan *mp = &s->ly->p->moe;
+    int64_t H = s->m->plan.hidden, k = mp->top_k;
+    float eps = (float)s->m->cfg.rms_eps;
+    float *acc = ms->acc + t * H, *h = s->h + t * H;
+    if (ms->onebatch) { /* the token's slots are in ascending expert id: the unfused order */
+        memset(acc, 0, sizeof(float) * (size_t)H);
+        for (int64_t j = 0; j < k; j++)
+            kn_axpy(acc, ms->wsel[t * k + j], ms->y + (int64_t)ms->inv[t * k + j] * H, H);
+    }
+    if (mp->dense_branch) {
+        kn_rmsnorm(h, h, mo->post_norm_1, H, eps, 0.0f);
+        kn_rmsnorm(acc, acc, mo->post_norm_2, H, eps, 0.0f);
+        kn_add(h, acc, H);
+    } else {
+        memcpy(h, acc, sizeof(float) * (size_t)H);
+    }
+}
+
+/* mdl_moe_forward in the fused step: the row job before it made u and r
+ * (mdl_moe_in_row), the one after it makes the output (mdl_moe_out_row).
+ * Jobs: router + the dense gate/up; then (a step of ≤ MOE_FUSED_MAX_TOKENS
+ * tokens) the dense down + every chosen expert's gate/up, and every chosen
+ * expert's down: 3 per layer where the unfused step issues 3 per expert. */
+static void moe_fused(mdl_step *s)
+{
+    moe_scratch *ms = s->moe;
+    const mdl_layer *ly = s->ly;
+    const mdl_moe *mo = &ly->moe;
+    const mdl_mlp *f = &ly->mlp;
+    const mdl_moe_plan *mp = &ly->p->moe;
+    int64_t T = s->T, H = s->m->plan.hidden, k = mp->top_k, Fe = mp->ffn_dim;
+    const float *rin = mp->input == MDL_ROUTER_ON_RESIDUAL ? ms->r
+                       : mp->dense_branch                  ? s->h
+                                                           : ms->u;
+    moe_piece *pc = ms->pc;
+    int n = 0;
+    pc[n++] = (moe_piece){.W = &mo->router, .x = rin, .n = T, .y = ms->logits};
+    if (mp->dense_branch)
+        pc[n++] = (moe_piece){.W = &f->gate,
+                              .U = &f->up,
+                              .b = f->b_gate,
+                              .bu = f->b_up,
+                              .x = s->h,
+                              .n = T,
+                              .y = s->g,
+                              .yu = s->u};
+    run_pieces(s, pc, n);
+    ms->onebatch = T <= MOE_FUSED_MAX_TOKENS;
+    if (ms->onebatch)
+        for (int64_t t = 0; t < T; t++)
+            route_token(mp, mo->expert_scale, ms->logits + t * mp->n_experts, ms->sel + t * k,
+                        ms->wsel + t * k);
+    else
+        kn_pool_for(s->pool, T, s->grain, route_rows, s);
+    group_by_expert(ms, T, mp->n_experts, mp->top_k);
+    if (ms->onebatch) {
+        for (int64_t i = 0; i < T * k; i++) { /* every entry's input, grouped by expert */
+            memcpy(ms->a + i * H, ms->u + (int64_t)(ms->list[i] / k) * H,
+                   sizeof(float) * (size_t)H);
+            ms->inv[ms->list[i]] = (int32_t)i;
+        }
+        n = 0;
+        if (mp->dense_branch)
+            pc[n++] = (moe_piece){.W = &f->down, .b = f->b_down, .x = s->g, .n = T, .y = s->h};
+        for (int32_t e = 0; e < mp->n_experts; e++) {
+            int64_t e0 = ms->first[e], ne = ms->first[e + 1] - e0;
+            if (ne > 0)
+                pc[n++] = (moe_piece){.W = &mo->gate[e],
+                                      .U = &mo->up[e],
+                                      .x = ms->a + e0 * H,
+                                      .n = ne,
+                                      .y = ms->gg + e0 * Fe,
+                                      .yu = ms->uu + e0 * Fe};
+        }
+        run_pieces(s, pc, n);
+        n = 0;
+        for (int32_t e = 0; e < mp->n_experts; e++) {
+            int64_t e0 = ms->first[e], ne = ms->first[e + 1] - e0;
+            if (ne > 0)
+                pc[n++] = (moe_piece){
+                    .W = &mo->down[e], .x = ms->gg + e0 * Fe, .n = ne, .y = ms->y + e0 * H};
+        }
+        run_pieces(s, pc, n);
+        return;
+    }
+    if (mp->dense_branch) { /* the dense down now: the experts below reuse s->g, s->u */
+        kn_matmul(s->pool, &f->down, s->g, T, s->h);
+        mdl_add_bias_rows(s->h, f->b_down, T, H);
+    }
+    memset(ms->acc, 0, sizeof(float) * (size_t)(T * H));
+    for (int32_t e = 0; e < mp->n_experts; e++)
+        run_expert(s, e);
 }
 
 /* ---------------------------------------------------------------- the stage */
 
 void mdl_moe_forward(mdl_step *s)
 {
+    if (s->fused) {
+        moe_fused(s);
+        return;
+    }
     moe_scratch *ms = s->moe;
     const mdl_layer *ly = s->ly;
     const mdl_moe *mo = &ly->moe;

@@ -26,19 +26,22 @@ size_t mdl_pli_scratch_bytes(const mdl_plan *p, int n_threads, int64_t T)
 {
     if (p->pli_dim == 0) return 0;
     int64_t lp = (int64_t)p->n_layers * p->pli_dim;
-    return sizeof(float) * (size_t)((T + n_threads) * lp) + 64 * 2;
+    int64_t tg = T < MDL_PLI_FUSED_MAX_TOKENS ? T : MDL_PLI_FUSED_MAX_TOKENS;
+    return sizeof(float) * (size_t)((T + n_threads) * lp + n_threads * tg * p->pli_dim) + 64 * 3;
 }
 
 kiln_code mdl_pli_alloc(mdl_step *s, arena *a, kiln_err *err)
 {
     const mdl_plan *p = &s->m->plan;
-    s->pli = s->pli_tmp = NULL;
+    s->pli = s->pli_tmp = s->pli_g = NULL;
     if (p->pli_dim == 0) return KILN_OK;
     int64_t lp = (int64_t)p->n_layers * p->pli_dim;
+    int64_t tg = s->T < MDL_PLI_FUSED_MAX_TOKENS ? s->T : MDL_PLI_FUSED_MAX_TOKENS;
     int threads = kn_pool_threads(s->pool);
     s->pli = ARENA_ARRAY(a, float, (int64_t)s->T *lp);
     s->pli_tmp = ARENA_ARRAY(a, float, (int64_t)threads *lp);
-    if (!s->pli || !s->pli_tmp)
+    s->pli_g = ARENA_ARRAY(a, float, (int64_t)threads *tg * p->pli_dim);
+    if (!s->pli || !s->pli_tmp || !s->pli_g)
         return kiln_fail(err, KILN_E_INTERNAL, "model step: scratch arena too small");
     return KILN_OK;
 }
@@ -83,14 +86,43 @@ static void gate_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         kn_gelu_tanh_mul(g + t * P, g + t * P, s->pli + t * lp + (int64_t)s->layer * P, P);
 }
 
-void mdl_pli_forward(mdl_step *s)
+/* One chunk of the fused job: the whole gate g = gelu(x·Gᵀ) ⊙ pli for every
+ * token (P rows: each chunk makes its own copy, bitwise what kn_matmul and
+ * gate_rows give, since every y[t][r] is independent of the row range), then
+ * its rows [r0, r1) of the projection. A barrier less per layer for a second
+ * read of the P×H gate (~1% of an e4b layer's bytes). */
+static void fused_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    mdl_step *s = ctx;
+    const mdl_pli *g = &s->ly->pli;
+    int64_t P = s->m->plan.pli_dim, lp = (int64_t)s->m->plan.n_layers * P, T = s->T;
+    float *gt = s->pli_g + (int64_t)tid * T * P;
+    kn_matmul_rows(&g->gate, s->x, T, gt, 0, P);
+    for (int64_t t = 0; t < T; t++)
+        kn_gelu_tanh_mul(gt + t * P, gt + t * P, s->pli + t * lp + (int64_t)s->layer * P, P);
+    kn_matmul_rows(&g->proj, gt, T, s->h, r0, r1);
+}
+
+void mdl_pli_project(mdl_step *s)
 {
     const mdl_pli *g = &s->ly->pli;
     int64_t T = s->T, H = s->m->plan.hidden;
+    if (s->fused && T <= MDL_PLI_FUSED_MAX_TOKENS) {
+        /* kn_matmul's grain rule, so the projection's chunks keep its row tiles */
+        int64_t grain = H < (int64_t)kn_pool_threads(s->pool) * 16 ? 4 : 16;
+        kn_pool_for(s->pool, H, grain, fused_rows, s);
+        return;
+    }
     kn_matmul(s->pool, &g->gate, s->x, T, s->g); /* [T, P]: P <= max_ffn (mdl_plan) */
     kn_pool_for(s->pool, T, s->grain, gate_rows, s);
     kn_matmul(s->pool, &g->proj, s->g, T, s->h);
-    mdl_norm_rows(s, s->h, s->h, g->post_norm, H);
+}
+
+void mdl_pli_forward(mdl_step *s)
+{
+    int64_t T = s->T, H = s->m->plan.hidden;
+    mdl_pli_project(s);
+    mdl_norm_rows(s, s->h, s->h, s->ly->pli.post_norm, H);
     kn_add(s->x, s->h, T * H);
 }
 

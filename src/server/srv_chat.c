@@ -8,6 +8,7 @@
  */
 #include "server/srv_chat.h"
 #include "template/tmpl.h"
+#include "util/kiln_json.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,27 @@ void srv_chat_set_limits(srv_chat *c, size_t max_output, size_t max_memory)
     c->max_memory = max_memory;
 }
 
+static kiln_code reqmem_reserve(void *ctx, size_t n, size_t total)
+{
+    (void)ctx;
+    uint64_t cap = kiln_reqmem_cap();
+    if (cap && total > cap) return KILN_E_TOO_LARGE; /* a 400: never fits */
+    return kiln_reqmem_reserve(n) ? KILN_OK : KILN_E_BUSY;
+}
+
+static void reqmem_release(void *ctx, size_t n)
+{
+    (void)ctx;
+    kiln_reqmem_release(n);
+}
+
+srv_error srv_chat_error(const kiln_err *err, const char *param)
+{
+    srv_error e = srv_error_from(err, param);
+    if (err && err->code == KILN_E_BUSY) e.kind = SRV_E_OVERLOADED;
+    return e;
+}
+
 /* The template compiled with c's limits, rendered over the chat context. */
 static kiln_code render(const srv_chat *c, const tmpl_chat_files *f, const srv_request *r,
                         const json_t *vars, char **out, size_t *len, kiln_err *err)
@@ -65,6 +87,9 @@ static kiln_code render(const srv_chat *c, const tmpl_chat_files *f, const srv_r
     tmpl_options opt = tmpl_options_default();
     opt.max_output = c->max_output;
     opt.max_memory = c->max_memory;
+    opt.acct_reserve = reqmem_reserve; /* renders count in --request-memory */
+    opt.acct_release = reqmem_release;
+    opt.acct_name = "--request-memory";
     kiln_code rc = tmpl_chat_context(r->messages, r->tools, vars, r->add_generation_prompt,
                                      special(f, "bos_token"), special(f, "eos_token"), &ctx, err);
     if (!rc) rc = tmpl_compile(f->template_text, strlen(f->template_text), &opt, &t, err);

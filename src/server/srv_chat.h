@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "server/srv_error.h"
 #include "server/srv_openai.h"
 #include "tokenizer/tok.h"
 
@@ -31,13 +32,20 @@ void srv_chat_free(srv_chat *c); /* NULL is a no-op */
 /* Bounds every later render: at most max_output bytes of text and max_memory
  * bytes of template values alive (0 = the template engine's defaults, 64 MiB
  * and 512 MiB). Past either, srv_chat_prompt fails with KILN_E_INVALID naming
- * the limit. Call before any render (not thread-safe against one). */
+ * the limit. What a render holds is also reserved in the request memory
+ * account (kiln_reqmem_reserve) while it runs; when others hold it,
+ * srv_chat_prompt fails with KILN_E_BUSY (srv_chat_error: a 503).
+ * Call before any render (not thread-safe against one). */
 void srv_chat_set_limits(srv_chat *c, size_t max_output, size_t max_memory);
 /* Renders r->messages (+ tools, template kwargs). default_thinking (-1 leave to
  * the template, 0 off, 1 on) sets enable_thinking unless the request did.
  * Tools with a template that never reads `tools` are KILN_E_INVALID. r->prefill,
  * when set, is appended to the rendered text (the model continues from it).
  * OUT: *ids (free), *n, *text (the rendered prompt, free; text may be NULL). */
+/* The HTTP error for a failed srv_chat_prompt: KILN_E_BUSY (the request memory
+ * account is held by other requests) is 503 overloaded + Retry-After, not the
+ * engine queue's 429. */
+srv_error srv_chat_error(const kiln_err *err, const char *param);
 kiln_code srv_chat_prompt(const srv_chat *c, const tok_tokenizer *tok, const srv_request *r,
                           int default_thinking, int32_t **ids, int32_t *n, char **text,
                           kiln_err *err);

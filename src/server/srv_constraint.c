@@ -10,10 +10,13 @@
  *   llama3       {"name": " / {"name": "N", "parameters":          rest of the object
  *   mistral      [TOOL_CALLS] / [TOOL_CALLS][{"name": "N", ...     the JSON array
  *   mistral v11  [TOOL_CALLS] / [TOOL_CALLS]N[ARGS]                arguments (named only)
+ *   gemma4       <|tool_call>call: / <|tool_call>call:N             [N]{ARGS}<tool_call|> [more]
  * Auto: hermes/qwen3_coder: text without the call markers, then calls;
  * llama3: a call object, or text that does not start with '{'; mistral: the
- * call array after the [TOOL_CALLS] token (a trigger: it is special). Gemma's
- * syntax is not constrained yet (prefill only, documented).
+ * call array after the [TOOL_CALLS] token (a trigger: it is special).
+ * Gemma 4's arguments are its own syntax, with its special tokens as
+ * terminals (gr_special); in auto mode its calls start at the <|tool_call>
+ * token (a trigger). FunctionGemma (<start_function_call>): prefill only.
  * Threads: no shared state; HTTP threads.
  */
 #include "server/srv_constraint.h"
@@ -171,8 +174,8 @@ char *srv_tool_prefill(srv_tc_family f, const srv_request *r, const tok_tokenize
         rc = named ? dupf(&out, "<start_function_call>call:%s{", nm)
                    : dupf(&out, "<start_function_call>call:");
         break;
-    case SRV_TC_GEMMA4:
-        rc = named ? dupf(&out, "<|tool_call>call:%s{", nm) : dupf(&out, "<|tool_call>call:");
+    case SRV_TC_GEMMA4: /* the grammar writes the arguments' '{' on (gemma4_calls) */
+        rc = named ? dupf(&out, "<|tool_call>call:%s", nm) : dupf(&out, "<|tool_call>call:");
         break;
     default:
         break;
@@ -202,8 +205,36 @@ static const json_t *tool_fn(const json_t *t)
     return fn ? fn : t;
 }
 
-/* A tool's arguments: its parameters (or input_schema) under its strictness. */
-static gr_expr tool_args(cb *c, const json_t *t)
+/* Gemma 4's arguments are an object (call:NAME{...}): the schema's type,
+ * pinned to "object" on a copy (OWNED), or NULL with err (a 400). */
+static json_t *object_only(const json_t *p, const char *tool, kiln_err *err)
+{
+    if (json_is_true(p) || (json_is_object(p) && !json_object_size(p)))
+        return json_pack("{s:s, s:b}", "type", "object", "additionalProperties", 1);
+    const json_t *ty = json_object_get(p, "type");
+    bool ok = !ty || (json_is_string(ty) && !strcmp(json_string_value(ty), "object"));
+    size_t i;
+    json_t *e;
+    json_array_foreach(ty, i, e) ok |= json_is_string(e) && !strcmp(json_string_value(e), "object");
+    if (!json_is_object(p) || !ok) {
+        kiln_fail(err, KILN_E_UNSUPPORTED,
+                  "tool '%.64s': Gemma 4's call arguments are an object "
+                  "(call:NAME{...}); the parameters schema must allow type \"object\"",
+                  tool ? tool : "");
+        return NULL;
+    }
+    json_t *q = json_deep_copy(p);
+    if (!q || json_object_set_new(q, "type", json_string("object"))) {
+        json_decref(q);
+        kiln_fail(err, KILN_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    return q;
+}
+
+/* A tool's arguments: its parameters (or input_schema) under its strictness,
+ * in JSON (syn NULL) or in syn (Gemma 4). */
+static gr_expr tool_args_as(cb *c, const json_t *t, const gr_value_syntax *syn)
 {
     const json_t *fn = tool_fn(t);
     const json_t *p = json_object_get(fn, "parameters");
@@ -211,11 +242,17 @@ static gr_expr tool_args(cb *c, const json_t *t)
     bool strict =
         json_is_true(json_object_get(fn, "strict")) || json_is_true(json_object_get(t, "strict"));
     json_t *any = NULL;
-    if (!p || json_is_null(p))
-        p = any = json_pack("{s:s, s:b}", "type", "object", "additionalProperties", 1);
     gr_expr x = -1;
     kiln_err err;
-    if (gr_builder_add_json_schema(c->b, p, strict, &x, &err)) {
+    if (!p || json_is_null(p))
+        p = any = json_pack("{s:s, s:b}", "type", "object", "additionalProperties", 1);
+    else if (syn && !(p = any = object_only(p, json_string_value(json_object_get(fn, "name")), &err)))
+        return fail_from(c, &err);
+    if (!p) {
+        kiln_fail(&err, KILN_E_NOMEM, "out of memory");
+        return fail_from(c, &err);
+    }
+    if (gr_builder_add_json_schema_as(c->b, p, strict, syn, &x, &err)) {
         char msg[256];
         snprintf(msg, sizeof msg, "tool '%s': %s", json_string_value(json_object_get(fn, "name")),
                  err.msg);
@@ -225,6 +262,11 @@ static gr_expr tool_args(cb *c, const json_t *t)
     }
     json_decref(any);
     return x;
+}
+
+static gr_expr tool_args(cb *c, const json_t *t)
+{
+    return tool_args_as(c, t, NULL);
 }
 
 /* The JSON string literal of s, or (from_open) without its opening quote. */
@@ -454,6 +496,96 @@ static gr_expr mistral_array(cb *c)
     return gr_seq(b, x, 6);
 }
 
+/* ---------------------------------------------------------------- Gemma 4 */
+
+/* Gemma 4: <|tool_call>call:NAME{key:value,...}<tool_call|>, strings between
+ * <|"|> and raw inside, keys bare (the chat template's format_argument with
+ * escape_keys=False; srv_toolcall.c's gemma_object reads it back). The
+ * markers are special tokens in Gemma 4's tokenizer: the grammar names them
+ * by id (gr_special), so the model writes each as the one token, and no
+ * string or key may spell their text with ordinary tokens (the parser would
+ * stop there). A tokenizer without them as special tokens gets their text. */
+#define G4_QUOTE "<|\"|>"
+#define G4_OPEN "<|tool_call>"
+#define G4_CLOSE "<tool_call|>"
+static const char *const G4_FORBID[] = {G4_QUOTE, G4_CLOSE, G4_OPEN};
+
+static gr_expr g4_mark(cb *c, const char *text)
+{
+    const tok_tokenizer *tok = c->cx->tok;
+    int32_t id = tok ? tok_piece_to_id(tok, text, strlen(text)) : -1;
+    if (id >= 0 && tok_is_special(tok, id)) return gr_special(c->b, id);
+    return gr_str(c->b, text);
+}
+
+/* One call after `call:` over the allowed tools (NAME{ARGS}), and with
+ * *named_args the named tool's {ARGS} alone (its name is in the prefill). */
+static gr_expr g4_call(cb *c, gr_expr *named_args)
+{
+    gr_builder *b = c->b;
+    gr_value_syntax syn = {.quote = g4_mark(c, G4_QUOTE),
+                           .quote_text = G4_QUOTE,
+                           .forbid = G4_FORBID,
+                           .n_forbid = sizeof G4_FORBID / sizeof *G4_FORBID};
+    gr_expr alts[128];
+    size_t n = 0, i;
+    json_t *t;
+    *named_args = gr_alt(b, NULL, 0);
+    json_array_foreach(c->r->tools, i, t)
+    {
+        if (!tool_allowed(c, t) || n == 128) continue;
+        const char *name = json_string_value(json_object_get(tool_fn(t), "name"));
+        if (!name || !*name || strlen(name) >= 256 || strpbrk(name, "{ \t\r\n")) {
+            kiln_err err; /* the parser reads the name up to '{' or a space */
+            kiln_fail(&err, KILN_E_UNSUPPORTED,
+                      "tool name '%.64s' cannot be written in Gemma 4's call syntax",
+                      name ? name : "");
+            return fail_from(c, &err);
+        }
+        gr_expr args = tool_args_as(c, t, &syn);
+        if (args < 0) return -1;
+        if (c->r->tool_choice == SRV_TOOLS_NAMED) *named_args = args;
+        alts[n++] = gr_seq2(b, gr_str(b, name ? name : ""), args);
+    }
+    return gr_alt(b, alts, n);
+}
+
+/* The calls after <|tool_call>: `call:` unless the prefill wrote it (forced),
+ * the call (named: its arguments, the name is in the prefill), its end
+ * marker, then more calls when parallel. */
+static gr_expr g4_calls(cb *c, bool forced)
+{
+    gr_builder *b = c->b;
+    gr_expr named_args;
+    gr_expr call = g4_call(c, &named_args);
+    if (call < 0) return -1;
+    gr_expr close = g4_mark(c, G4_CLOSE), head = gr_str(b, "call:");
+    gr_expr more = gr_seq(b, NULL, 0);
+    if (c->r->parallel_tool_calls) {
+        gr_expr x[] = {g4_mark(c, G4_OPEN), head, call, close};
+        more = gr_rep(b, gr_seq(b, x, 4), 0, -1);
+    }
+    gr_expr first = !forced                                 ? gr_seq2(b, head, call)
+                    : c->r->tool_choice == SRV_TOOLS_NAMED ? named_args
+                                                            : call;
+    gr_expr x[] = {first, close, more};
+    return gr_seq(b, x, 3);
+}
+
+/* Auto: free until the model writes <|tool_call> (a special token: the
+ * trigger), then held like a forced call. 0 with *trig set, -2 when the
+ * tokenizer has no such special token (free). */
+static int g4_trigger(cb *c, int32_t *trig)
+{
+    const tok_tokenizer *tok = c->cx->tok;
+    int32_t id = tok ? tok_piece_to_id(tok, G4_OPEN, strlen(G4_OPEN)) : -1;
+    if (id < 0 || !tok_is_special(tok, id)) return -2;
+    *trig = id;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the rest */
+
 /* tool_choice required / named, continuing srv_tool_prefill's text. */
 static gr_expr forced_calls(cb *c)
 {
@@ -491,8 +623,10 @@ static gr_expr forced_calls(cb *c)
             return gr_seq(b, x, 3);
         }
         return gr_seq2(b, gr_rep(b, gr_str(b, " "), 0, 1), mistral_array(c));
+    case SRV_TC_GEMMA4:
+        return g4_calls(c, true);
     default:
-        return -2; /* not constrained (Gemma: prefill only) */
+        return -2; /* not constrained (FunctionGemma: prefill only) */
     }
 }
 
@@ -541,6 +675,20 @@ static gr_expr auto_calls(cb *c, gr_expr content, int32_t *trig, int32_t *n_trig
         }
         trig[(*n_trig)++] = id;
         return gr_seq2(b, gr_rep(b, gr_str(b, " "), 0, 1), mistral_array(c));
+    }
+    case SRV_TC_GEMMA4: {
+        int32_t id;
+        if (content < 0 && !g4_trigger(c, &id)) {
+            trig[(*n_trig)++] = id;
+            return g4_calls(c, false);
+        }
+        if (content < 0) return -2; /* no <|tool_call> token: free */
+        kiln_err err;
+        kiln_fail(&err, KILN_E_UNSUPPORTED,
+                  "a response format together with tools in auto mode is "
+                  "not supported for Gemma 4's tool-call format; use tool_choice none or required");
+        c->field = "response_format";
+        return fail_from(c, &err);
     }
     default:
         if (content >= 0) {
@@ -716,6 +864,7 @@ static int build_uncached(const srv_request *r, const srv_cctx *cx, gr_grammar *
         tools && (r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED);
     gr_options o = gr_options_default();
     o.json_ws_max = cx->ws_max;
+    if (tools && cx->family == SRV_TC_GEMMA4) o.json_ws_max = 0; /* as the template writes it */
     o.max_ms = cx->compile_ms;
     kiln_err err;
     gr_builder *b;
@@ -734,7 +883,10 @@ static int build_uncached(const srv_request *r, const srv_cctx *cx, gr_grammar *
         if (tools) c.field = "tools";
         body = tools ? auto_calls(&c, content >= 0 ? content : -1, trig, n_trig) : content;
         if (body == -2 && content >= 0) body = content;
-        if (body >= 0 && r->api != SRV_API_COMPLETION && (content >= 0 || *n_trig))
+        /* Gemma 4's calls start at their own trigger, wherever the model is:
+         * a think block before them needs no grammar */
+        bool g4 = tools && cx->family == SRV_TC_GEMMA4 && content < 0;
+        if (body >= 0 && r->api != SRV_API_COMPLETION && (content >= 0 || *n_trig) && !g4)
             body = think_wrap(&c, body, trig, n_trig);
     }
     if (body == -2) { /* nothing to enforce */

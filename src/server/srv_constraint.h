@@ -7,8 +7,9 @@
  *   - llama.cpp's `grammar` (GBNF) and `json_schema` fields;
  *   - tool calls: tool_choice required / named: the whole call in the
  *     model's own syntax (Hermes/Qwen JSON, Qwen3-Coder XML, Llama 3 JSON,
- *     Mistral [TOOL_CALLS]) with the arguments under the tool's `parameters`
- *     schema (FunctionGemma and Gemma 4: the forced opening only); auto:
+ *     Mistral [TOOL_CALLS], Gemma 4's call:N{key:<|"|>v<|"|>} with its
+ *     special tokens) with the arguments under the tool's `parameters`
+ *     schema (FunctionGemma: the forced opening only); auto:
  *     free text, but a call, once its marker appears, follows the same
  *     syntax.
  * With a reasoning model the output may (or, when the prompt opened one,

@@ -194,7 +194,7 @@ static int build_prompt(srv_gen *g, int32_t **ids, int32_t *n, srv_error *e)
             }
         }
         if (rc) {
-            *e = srv_error_from(&err, "messages");
+            *e = srv_chat_error(&err, "messages");
             return -1;
         }
         bool open = g->think && srv_think_prompt_open_as(g->think_style, text, strlen(text));
@@ -413,8 +413,7 @@ static const char *finish_name(eng_finish f)
     switch (f) {
     case ENG_FINISH_STOP: return "stop";
     case ENG_FINISH_LENGTH: return "length";
-    case ENG_FINISH_CANCELLED: return "cancelled";
-    default: return "error";
+    default: return "error"; /* never sent: a cancelled or failed choice is an error */
     }
 }
 
@@ -711,6 +710,17 @@ static int flush_text(gen_choice *c)
     return rc | srv_tc_finish(c->tc, &c->content);
 }
 
+/* The error frame of a failed choice (c->err) in the API's stream shape. */
+static int stream_error(srv_gen *g, const gen_choice *c, srv_buf *out)
+{
+    srv_error e = srv_error_from(&c->err, NULL);
+    if (g->r.api == SRV_API_RESPONSES) return srv_resp_fail(g->resp, out, e.message);
+    json_t *j = g->r.api == SRV_API_ANTHROPIC ? srv_error_json_anthropic(&e) : srv_error_json(&e);
+    int rc = !j || (g->r.api == SRV_API_ANTHROPIC ? srv_sse_event(out, "error", j) : srv_sse_data(out, j));
+    json_decref(j);
+    return rc;
+}
+
 /* Handles one event of choice idx; out is the SSE buffer when streaming. */
 static int choice_event(srv_gen *g, int idx, const eng_event *ev, srv_buf *out)
 {
@@ -721,15 +731,13 @@ static int choice_event(srv_gen *g, int idx, const eng_event *ev, srv_buf *out)
         c->finish = ENG_FINISH_ERROR;
         c->err = ev->err;
         g->n_done++;
-        if (out) {
-            srv_error e = srv_error_from(&ev->err, NULL);
-            if (g->r.api == SRV_API_RESPONSES) return srv_resp_fail(g->resp, out, e.message);
-            json_t *j = g->r.api == SRV_API_ANTHROPIC ? srv_error_json_anthropic(&e) : srv_error_json(&e);
-            rc = !j || (g->r.api == SRV_API_ANTHROPIC ? srv_sse_event(out, "error", j) : srv_sse_data(out, j));
-            json_decref(j);
-        }
+        if (out) rc = stream_error(g, c, out);
         return rc ? -1 : 0;
     }
+    /* Cancelled by the server (--timeout, shutdown; a client that left reads
+     * nothing): no API has a finish reason for it, so it ends as an error —
+     * a 503 reply, or an error frame after what was streamed. */
+    bool cancelled = ev->kind == ENG_EV_DONE && ev->finish == ENG_FINISH_CANCELLED;
     if (ev->kind == ENG_EV_TOKEN) note_token(g);
     size_t reasoning_before = c->reasoning.len;
     bool was_inside = c->think.inside;
@@ -744,9 +752,19 @@ static int choice_event(srv_gen *g, int idx, const eng_event *ev, srv_buf *out)
         rc |= flush_text(c);
         choice_done(g, c, ev);
     }
+    if (cancelled) {
+        c->errored = true;
+        if (g->timed_out)
+            kiln_fail(&c->err, KILN_E_CANCELLED, "the request ran past the server's --timeout of %g s "
+                      "and was cancelled", g->s->cfg.timeout_s);
+        else
+            kiln_fail(&c->err, KILN_E_CANCELLED, "the request was cancelled: the server is shutting down");
+    }
     if (!out) return rc ? -1 : 0;
     rc |= flush_chunks(g, idx, out);
-    if (ev->kind == ENG_EV_DONE && g->r.api == SRV_API_ANTHROPIC) {
+    if (cancelled) {
+        rc |= stream_error(g, c, out);
+    } else if (ev->kind == ENG_EV_DONE && g->r.api == SRV_API_ANTHROPIC) {
         rc |= finish_anthropic(g, c, out);
     } else if (ev->kind == ENG_EV_DONE && g->r.api != SRV_API_RESPONSES) {
         json_t *d = g->r.api == SRV_API_CHAT ? json_object() : json_string("");

@@ -369,7 +369,11 @@ int srv_route_tokenize(srv_server *s, const char *req, size_t len, json_t **body
         return fail(body, KILN_E_INVALID, "prompt", "send 'prompt' (a string) or 'messages'");
     }
     json_decref(j);
-    if (rc) return fail_err(body, &err, NULL);
+    if (rc) {
+        srv_error e = srv_chat_error(&err, NULL);
+        *body = srv_error_json(&e);
+        return srv_error_status(e.kind);
+    }
     json_t *arr = json_array();
     for (int32_t i = 0; i < n && arr; i++) json_array_append_new(arr, json_integer(ids[i]));
     free(ids);
@@ -396,7 +400,7 @@ int srv_route_count_tokens(srv_server *s, const char *req, size_t len, json_t **
     *body = json_pack("{s:i}", "input_tokens", (int)n);
     return *body ? 200 : 500;
 fail : {
-    srv_error e = srv_error_from(&err, param[0] ? param : NULL);
+    srv_error e = srv_chat_error(&err, param[0] ? param : NULL);
     *body = srv_error_json_anthropic(&e);
     return srv_error_status(e.kind);
 }

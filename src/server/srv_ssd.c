@@ -29,6 +29,10 @@ json_t *srv_ssd_stats_json(const eng_stats *st)
         json_object_set_new(j, "strange", json_integer((json_int_t)s->strange));
         json_object_set_new(j, "expired", json_integer((json_int_t)s->expired));
         json_object_set_new(j, "resumed", json_integer((json_int_t)s->resumed));
+        /* the write queue: bytes of copies waiting for the disk, and its cap
+         * (--ssd-queue-mib, counted in --memory-budget) */
+        json_object_set_new(j, "queue_bytes", json_integer((json_int_t)s->pending_bytes));
+        json_object_set_new(j, "queue_max_bytes", json_integer((json_int_t)s->queue_cap));
     }
     return j;
 }

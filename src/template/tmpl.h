@@ -42,6 +42,17 @@ typedef struct {
     size_t max_memory;      /* bytes of values alive during one render; 0 = 512 MiB */
     int64_t fixed_now;      /* != 0: strftime_now() formats this Unix time, in UTC (tests);
                                0: the real clock, local time (as transformers does) */
+    /* Optional memory account shared with other work (the server's request
+     * memory): what a render holds (its values and text buffers) is reserved
+     * here as it grows, in 64 KiB steps, and released when the render ends.
+     * acct_reserve(ctx, bytes, total) takes bytes more, total being what the
+     * render would then hold; it answers KILN_OK, KILN_E_BUSY (others hold the
+     * account now) or KILN_E_TOO_LARGE (total can never fit), and the render
+     * stops with that code, its message naming acct_name. */
+    kiln_code (*acct_reserve)(void *ctx, size_t bytes, size_t total);
+    void (*acct_release)(void *ctx, size_t bytes);
+    void *acct_ctx;
+    const char *acct_name; /* e.g. "--request-memory"; NULL: "the memory account" */
 } tmpl_options;
 
 /* tmpl_options_default(): trim_blocks and lstrip_blocks true, limits at their defaults. */

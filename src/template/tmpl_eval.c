@@ -878,6 +878,9 @@ kiln_code tmpl_render(const tmpl_template *t, const tmpl_value *context, char **
     tv_decref(&rt, root);
     tv_decref(&rt, rt.globals);
     rt_sweep(&rt);
+    /* the text goes to the caller: what happens to it next is the caller's to count */
+    rt_release(&rt);
+    sb.rt = NULL;
     if (st == ST_ERR || rt.failed) {
         sb_free(&sb);
         if (!rt.failed) return kiln_fail(err, KILN_E_INTERNAL, "template: render failed");

@@ -238,6 +238,7 @@ struct tmpl_template {
 typedef struct {
     char *p;
     size_t len, cap;
+    struct tmpl_rt *rt; /* set by the first sb_put with a render: cap is in rt->sb_mem */
 } tmpl_sb;
 
 struct tmpl_rt {
@@ -246,6 +247,8 @@ struct tmpl_rt {
     bool failed;
     tmpl_value gc; /* list sentinel */
     size_t mem, mem_max, out_max;
+    size_t sb_mem; /* capacity of the live text builders (not bounded by mem_max) */
+    size_t held;   /* reserved from opt.acct_reserve: >= mem + sb_mem, never lowered */
     uint64_t iters, iters_max;
     uint32_t depth, depth_max;
     uint32_t cur_pos;    /* source offset of the node being evaluated (for errors) */
@@ -288,6 +291,8 @@ tmpl_value *tv_func(tmpl_rt *rt, uint8_t fk, const tmpl_builtin *bi, tmpl_value 
 void rt_init(tmpl_rt *rt, const tmpl_template *t, kiln_err *err);
 void rt_sweep(tmpl_rt *rt);
 bool rt_charge(tmpl_rt *rt, size_t bytes);
+bool rt_account(tmpl_rt *rt);
+void rt_release(tmpl_rt *rt);
 
 /* tmpl_str.c: builders, Jinja str(), numbers, UTF-8 */
 bool sb_put(tmpl_rt *rt, tmpl_sb *b, const char *s, size_t n);

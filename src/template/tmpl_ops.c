@@ -438,7 +438,7 @@ bool tv_sort(tmpl_rt *rt, const tmpl_node *at, tmpl_value **items, size_t n, boo
     if (!c.ok) goto out;
     for (size_t i = 0; i < n; i++)
         sorted[i] = items[idx[i]];
-    memcpy(items, sorted, n * sizeof *items);
+    if (n) memcpy(items, sorted, n * sizeof *items); /* items is NULL for an empty list */
     ok = true;
 out:
     if (c.keys)

@@ -28,13 +28,17 @@ bool sb_put(tmpl_rt *rt, tmpl_sb *b, const char *s, size_t n)
         size_t nc = b->cap ? b->cap * 2 : 256;
         while (nc < b->len + n + 1)
             nc *= 2;
+        if (rt && nc > rt->out_max + 1) nc = rt->out_max + 1; /* never needs more (checked above) */
         char *p = realloc(b->p, nc);
         if (!p) {
             if (rt) rt_nomem(rt);
             return false;
         }
         b->p = p;
+        if (rt && !b->rt) b->rt = rt;
+        if (b->rt) b->rt->sb_mem += nc - b->cap;
         b->cap = nc;
+        if (b->rt && !rt_account(b->rt)) return false;
     }
     memcpy(b->p + b->len, s, n);
     b->len += n;
@@ -67,6 +71,8 @@ tmpl_value *sb_take(tmpl_rt *rt, tmpl_sb *b)
 
 void sb_free(tmpl_sb *b)
 {
+    if (b->rt) b->rt->sb_mem -= b->cap < b->rt->sb_mem ? b->cap : b->rt->sb_mem;
+    b->rt = NULL;
     free(b->p);
     b->p = NULL;
     b->len = b->cap = 0;

@@ -42,7 +42,42 @@ bool rt_charge(tmpl_rt *rt, size_t bytes)
         return false;
     }
     rt->mem += bytes;
+    if (!rt_account(rt)) {
+        rt->mem -= bytes;
+        return false;
+    }
     return true;
+}
+
+/* Keeps the shared account's reservation above mem + sb_mem (64 KiB steps,
+ * so a render reserves a few times, not once per value). */
+bool rt_account(tmpl_rt *rt)
+{
+    const tmpl_options *o = &rt->t->opt;
+    size_t need = rt->mem + rt->sb_mem;
+    if (!o->acct_reserve || need <= rt->held) return true;
+    size_t step = (size_t)64 << 10, grow = (need - rt->held + step - 1) / step * step;
+    kiln_code rc = o->acct_reserve(o->acct_ctx, grow, rt->held + grow);
+    if (rc != KILN_OK) {
+        const char *name = o->acct_name ? o->acct_name : "the memory account";
+        if (rc == KILN_E_TOO_LARGE)
+            rt_fail(rt, NULL, rc, "template needs more than %zu bytes of memory, more than %s holds",
+                    rt->held + grow, name);
+        else
+            rt_fail(rt, NULL, rc == KILN_E_BUSY ? rc : KILN_E_NOMEM,
+                    "template needs %zu bytes of %s, which other requests hold now: retry later",
+                    rt->held + grow, name);
+        return false;
+    }
+    rt->held += grow;
+    return true;
+}
+
+void rt_release(tmpl_rt *rt)
+{
+    const tmpl_options *o = &rt->t->opt;
+    if (rt->held && o->acct_release) o->acct_release(o->acct_ctx, rt->held);
+    rt->held = 0;
 }
 
 static void free_storage(tmpl_value *v)

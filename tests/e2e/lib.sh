@@ -3,6 +3,7 @@
 #   . "$(dirname "$0")/lib.sh"
 #   e2e_server SRV --model DIR [flags...]     # sets SRV_PID, SRV_URL, SRV_LOG
 #   check "name" cmd...                       # counts a pass or a fail
+#   vcurl ARGS...                             # curl -s, the answer checked against the official schema
 #   e2e_done                                  # prints "N passed, M failed", exit status
 set -uo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -131,7 +132,45 @@ run_node() {
   if [ $rc -ne 0 ] && [ "${f:-0}" = 0 ]; then E2E_FAIL=$((E2E_FAIL + 1)); fi
 }
 
+# vcurl ARGS...: `curl -s ARGS` — the body on stdout (or in -o FILE), -w's
+# %{http_code} honoured, curl's status — and what kiln answered on an API
+# route (/v1/...: JSON or an SSE stream, read whole; error answers too) checked
+# against the official schema of that route (validate_api.py --http, as the
+# node suites' vfetch does). A non-conformant answer is remembered in a file
+# (vcurl often runs in $(...) or bash -c) and fails the suite at e2e_done.
+vcurl() {
+  local f out="" fmt="" url="" st rc args=()
+  f=$(mktemp "$E2E_TMP/vcurl.XXXXXX")
+  while [ $# -gt 0 ]; do
+    case $1 in
+      -o) out=$2; shift 2 ;;
+      -w) fmt=$2; shift 2 ;;
+      *) case $1 in http://* | https://*) url=$1 ;; esac; args+=("$1"); shift ;;
+    esac
+  done
+  st=$(curl -s "${args[@]}" -o "$f" -w '%{http_code}'); rc=$?
+  if [ -n "$out" ]; then cat "$f" > "$out"; else cat "$f"; fi
+  [ -n "$fmt" ] && printf '%b' "${fmt//'%{http_code}'/$st}"
+  if [ $rc -eq 0 ] && [ -n "$url" ] && [ "$st" != 000 ]; then
+    echo "$url" >> "$E2E_TMP/vcurl.checked"
+    if ! /usr/bin/python3 "$E2E_DIR/validate_api.py" --http "$url" "$st" "$f" > "$f.why" 2>&1; then
+      { echo "NONCONFORMANT answer to $url ($st):"; grep -v '^validate_api:' "$f.why"; } >> "$E2E_TMP/nonconformant"
+    fi
+  fi
+  rm -f "$f" "$f.why"
+  return $rc
+}
+export -f vcurl
+export E2E_TMP E2E_DIR
+
 e2e_done() {
+  if [ -s "$E2E_TMP/nonconformant" ]; then
+    cat "$E2E_TMP/nonconformant"
+    E2E_FAIL=$((E2E_FAIL + 1)); echo "FAIL every API answer conforms to the official schemas (vcurl)"
+  elif [ -s "$E2E_TMP/vcurl.checked" ]; then
+    E2E_PASS=$((E2E_PASS + 1))
+    echo "ok   every API answer conforms to the official schemas ($(wc -l < "$E2E_TMP/vcurl.checked") checked by vcurl)"
+  fi
   echo "$E2E_PASS passed, $E2E_FAIL failed"
   [ "$E2E_FAIL" -eq 0 ]
 }

@@ -88,7 +88,7 @@ check "one token over: completion_tokens == clamp" bash -c "$PY -c 'import json,
 check "max_tokens unset: runs to the limit" is "$(complete "$U" $((L - 5)) -)" 200
 check "max_tokens unset: 5 tokens of room" bash -c "$PY -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r[\"usage\"][\"completion_tokens\"]==5, r[\"usage\"]' $E2E_TMP/body"
 # streamed clamp: the final chunk says length, the usage chunk the clamp
-curl -sN -d "{\"prompt\":[$(ids $((L - 7)))],\"max_tokens\":1000,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" "$U/v1/completions" > "$E2E_TMP/sse"
+vcurl -sN -d "{\"prompt\":[$(ids $((L - 7)))],\"max_tokens\":1000,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" "$U/v1/completions" > "$E2E_TMP/sse"
 check "stream: clamped to 7 with finish_reason length" $PY - "$E2E_TMP/sse" <<'EOF'
 import json, sys
 ev = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("data: {")]
@@ -119,7 +119,7 @@ curl -s "$E_URL/stats" > "$E2E_TMP/stats"
 check "env narrows: enforced 100" is "$(jget admission.enforced_context_tokens < "$E2E_TMP/stats")" 100
 check "env narrows: source KILN_CONTEXT_LIMIT" is "$(jget admission.context_limit_source < "$E2E_TMP/stats")" KILN_CONTEXT_LIMIT
 check "env narrows: max safe context unchanged" is "$(jget admission.max_safe_context < "$E2E_TMP/stats")" "$L"
-check "env limit: prompt of 100 -> 400 memory_admission" bash -c "[ \"\$(curl -s -o $E2E_TMP/body -w '%{http_code}' -d '{\"prompt\":[$(ids 100)],\"max_tokens\":3}' $E_URL/v1/completions)\" = 400 ] && grep -q KILN_CONTEXT_LIMIT $E2E_TMP/body && grep -q context_over_budget $E2E_TMP/body"
+check "env limit: prompt of 100 -> 400 memory_admission" bash -c "[ \"\$(vcurl -s -o $E2E_TMP/body -w '%{http_code}' -d '{\"prompt\":[$(ids 100)],\"max_tokens\":3}' $E_URL/v1/completions)\" = 400 ] && grep -q KILN_CONTEXT_LIMIT $E2E_TMP/body && grep -q context_over_budget $E2E_TMP/body"
 e2e_stop "$E_PID"
 KILN_CONTEXT_LIMIT=100000 e2e_server E2 --model "$M" "${G[@]}" --memory-budget "$BUDGET" --ctx 512 || exit 1
 check "env never enlarges" is "$(curl -s "$E2_URL/stats" | jget admission.enforced_context_tokens)" "$L"
@@ -216,7 +216,7 @@ e2e_server R --model "$M" --ctx 512 --threads 2 --batch 4 --memory-budget "$RB" 
 check "rss server: pool of 60 blocks inside the budget" is "$(curl -s "$R_URL/stats" | jget kv.blocks_total)" 60
 CURLS=()
 for i in 1 2 3 4 5 6; do
-  curl -s -o "$E2E_TMP/r$i" -d "{\"prompt\":[$(ids $((100 + 40 * i)))],\"max_tokens\":300,\"temperature\":0,\"ignore_eos\":true}" "$R_URL/v1/completions" &
+  vcurl -s -o "$E2E_TMP/r$i" -d "{\"prompt\":[$(ids $((100 + 40 * i)))],\"max_tokens\":300,\"temperature\":0,\"ignore_eos\":true}" "$R_URL/v1/completions" &
   CURLS+=($!)
 done
 wait "${CURLS[@]}"

@@ -54,9 +54,9 @@ done
 
 M=$(st_model emb-dense mean 1 sentence_transformers.models.Dense)
 e2e_server D --model "$M" --ctx 512 || exit 1
-out=$(curl -s -w '\n%{http_code}' "$D_URL/v1/embeddings" -H 'content-type: application/json' -d '{"input":"hi"}')
+out=$(vcurl -s -w '\n%{http_code}' "$D_URL/v1/embeddings" -H 'content-type: application/json' -d '{"input":"hi"}')
 check "a Dense module is refused: 400" [ "$(tail -n1 <<<"$out")" = 400 ]
 check "... saying why" grep -q "Dense module, which kiln does not run" <<<"$out"
-check "chat still works on that model" bash -c "curl -sf '$D_URL/v1/completions' -H 'content-type: application/json' -d '{\"prompt\":\"hi\",\"max_tokens\":2}' >/dev/null"
+check "chat still works on that model" bash -c "vcurl -sf '$D_URL/v1/completions' -H 'content-type: application/json' -d '{\"prompt\":\"hi\",\"max_tokens\":2}' >/dev/null"
 e2e_stop "$D_PID"
 e2e_done

@@ -59,6 +59,19 @@ serve S || exit 1
 again=$($PY "$REQ" "$S_URL" -5 3000 "$ARGS")
 check "the retry resumed ($(j "$again" "['resumed']") tokens)" [ "$(j "$again" "['resumed']")" -gt 0 ]
 check "identical to the uninterrupted run" same_text "$ref" "$again"
+# the same while drafting (n-gram): killed between verifications, the retry
+# (drafting too) resumes and equals the uninterrupted run without drafting
+SARGS='{"temperature":0.8,"seed":42,"ignore_eos":true,"speculative":"ngram"}'
+e2e_stop "$S_PID"
+rm -f "$DIR"/ck-*
+serve S || exit 1
+killed=$(KILN_KILL_SETTLE_CKPT=1 KILN_KILL_SETTLE_DIR="$DIR" $PY "$KILL" "$S_URL" "$S_PID" 150 5 3000 "$SARGS")
+wait "$S_PID" 2>/dev/null
+check "drafting: killed mid-generation, a checkpoint is on disk" [ "$(ls "$DIR" | grep -c '^ck-')" = 1 ]
+serve S || exit 1
+again=$($PY "$REQ" "$S_URL" -5 3000 "$SARGS")
+check "drafting: the retry resumed ($(j "$again" "['resumed']") tokens)" [ "$(j "$again" "['resumed']")" -gt 0 ]
+check "drafting: identical to the uninterrupted run without drafting" same_text "$ref" "$again"
 # the prefix (KV + state snapshots) survives a restart through the SSD tier
 cold=$($PY "$REQ" "$S_URL" 3 8)
 curl -s -X POST "$S_URL/admin/cache/flush" >/dev/null

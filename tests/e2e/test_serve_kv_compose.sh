@@ -156,7 +156,7 @@ ok = 0.85 * 2048 / 384 <= r <= 2048 / 384 and abs(r - want) / want < 0.03
 ok = ok and $safe0 * 2052 <= $use0 < ($safe0 + 32) * 2052 and $safe4 * 388 <= $use4 < ($safe4 + 32) * 388
 raise SystemExit(0 if ok else 1)"
 OVER=$(prompt 4 3000)
-code0=$(curl -s -o "$E2E_TMP/over0.json" -w '%{http_code}' "$E0_URL/v1/completions" \
+code0=$(vcurl -s -o "$E2E_TMP/over0.json" -w '%{http_code}' "$E0_URL/v1/completions" \
   -H 'Content-Type: application/json' -d "$($PY -c "import json,sys; d=json.loads(sys.argv[1]); d['max_tokens']=8; print(json.dumps(d))" "$OVER")")
 r6=$($PY "$REQ" "$E4_URL" 0 8 "$OVER")
 check "e: a $(j "$r6" "['prompt']")-token prompt (> $safe0) is refused at f32 ($code0, $(grep -o 'context_over_budget' "$E2E_TMP/over0.json"))" \
@@ -172,15 +172,15 @@ import json, sys
 sys.path.insert(0, '$E2E_DIR')
 from ssd_req import prompt_for
 print(json.dumps({'prompt': prompt_for(5)[:400], 'max_tokens': 200, 'temperature': 0, 'ignore_eos': True}))")
-codek0=$(curl -s -o "$E2E_TMP/k0.json" -w '%{http_code}' "$K0_URL/v1/completions" -H 'Content-Type: application/json' -d "$BODY")
-codek8=$(curl -s -o "$E2E_TMP/k8.json" -w '%{http_code}' "$K8_URL/v1/completions" -H 'Content-Type: application/json' -d "$BODY")
+codek0=$(vcurl -s -o "$E2E_TMP/k0.json" -w '%{http_code}' "$K0_URL/v1/completions" -H 'Content-Type: application/json' -d "$BODY")
+codek8=$(vcurl -s -o "$E2E_TMP/k8.json" -w '%{http_code}' "$K8_URL/v1/completions" -H 'Content-Type: application/json' -d "$BODY")
 check "f: over the kv budget at f32 ($codek0: $(grep -o '[0-9]* bytes = [0-9]* bytes' "$E2E_TMP/k0.json"))" \
   bash -c "[ $codek0 = 400 ] && grep -q '2048 bytes' '$E2E_TMP/k0.json'"
 check "f: fits at 8-bit ($codek8, projection at $(stat_of "$K8_URL" "['admission']['kv_bytes_per_token']") B/token)" \
   bash -c "[ $codek8 = 200 ] && [ $(stat_of "$K8_URL" "['admission']['kv_bytes_per_token']") = 640 ]"
 # with --quantized-kv-start 256 the first 256 positions are f32 again: over the budget
 e2e_server KS --model "$MODEL" --ctx 1024 --kv-budget 0.0005 --kv-quant 8 --quantized-kv-start 256 || exit 1
-codeks=$(curl -s -o "$E2E_TMP/ks.json" -w '%{http_code}' "$KS_URL/v1/completions" -H 'Content-Type: application/json' -d "$BODY")
+codeks=$(vcurl -s -o "$E2E_TMP/ks.json" -w '%{http_code}' "$KS_URL/v1/completions" -H 'Content-Type: application/json' -d "$BODY")
 check "f: ... but not with its first 256 positions in f32 ($codeks: $(grep -o '= [0-9]* bytes) is over' "$E2E_TMP/ks.json"))" \
   bash -c "[ $codeks = 400 ] && grep -q 'quantized-kv-start' '$E2E_TMP/ks.json'"
 e2e_stop "$K0_PID"; e2e_stop "$K8_PID"; e2e_stop "$KS_PID"

@@ -18,7 +18,7 @@ e2e_server S --model "$BASE" --ctx 1024 --batch 8 --lora sql="$E2E_TMP/sql" --lo
 check "startup lines name each adapter" grep -q 'kiln: adapter chat (mlx-lm, rank 4' "$S_LOG"
 run_node lora.test.mjs --url "$S_URL" --id "$ID"
 # embeddings run on the adapter the `model` field names, as generation does
-emb() { curl -s "$S_URL/v1/embeddings" -H 'content-type: application/json' -d "{\"input\":\"Once upon a time\",\"model\":\"$1\"}" |
+emb() { vcurl -s "$S_URL/v1/embeddings" -H 'content-type: application/json' -d "{\"input\":\"Once upon a time\",\"model\":\"$1\"}" |
   /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d["data"][0]["embedding"][:8]) + " " + d["model"] if "data" in d else d["error"]["code"])'; }
 e_base=$(emb "$ID"); e_sql=$(emb sql); e_sql2=$(emb "$ID:sql"); e_nope=$(emb "$ID:nope")
 check "embeddings: model sql differs from the base, <id>:sql is the same vectors" \
@@ -29,9 +29,9 @@ check "SIGTERM exits 0" e2e_stop "$S_PID"
 # --lora-default: requests naming nothing get the adapter
 e2e_server D --model "$BASE" --ctx 1024 --lora sql="$E2E_TMP/sql" --lora-default sql || exit 1
 body='{"prompt":"Once upon a time","max_tokens":6,"temperature":0}'
-a=$(curl -s "$D_URL/v1/completions" -H 'content-type: application/json' -d "$body" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
-b=$(curl -s "$D_URL/v1/completions" -H 'content-type: application/json' -d "${body%\}},\"adapters\":[{\"name\":\"sql\"}]}" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
-c=$(curl -s "$D_URL/v1/completions" -H 'content-type: application/json' -d "${body%\}},\"adapters\":[]}" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+a=$(vcurl -s "$D_URL/v1/completions" -H 'content-type: application/json' -d "$body" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+b=$(vcurl -s "$D_URL/v1/completions" -H 'content-type: application/json' -d "${body%\}},\"adapters\":[{\"name\":\"sql\"}]}" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+c=$(vcurl -s "$D_URL/v1/completions" -H 'content-type: application/json' -d "${body%\}},\"adapters\":[]}" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
 check "--lora-default: no model field = the default adapter" [ -n "$a" -a "$a" = "$b" ]
 check "--lora-default: adapters [] = the base model" [ "$a" != "$c" ]
 e2e_stop "$D_PID"
@@ -48,12 +48,12 @@ cp -r "$E2E_TMP/sql" "$E2E_TMP/hot/sqlcopy"   # the same adapter, arriving after
 cp -r "$E2E_TMP/wrong" "$E2E_TMP/hot/wrong"   # another base model's adapter
 ln -s "$E2E_TMP/sql" "$E2E_TMP/hot/link"      # a symlink out of --lora-dir
 K=(-H 'authorization: Bearer k' -H 'content-type: application/json')
-post() { curl -s -o "$E2E_TMP/out" -w '%{http_code}' "${K[@]}" -X POST "$1/v1/adapters" -d "$2"; }
+post() { vcurl -s -o "$E2E_TMP/out" -w '%{http_code}' "${K[@]}" -X POST "$1/v1/adapters" -d "$2"; }
 gen() { # gen URL MODEL MAX -> the text
-  curl -s "${K[@]}" "$1/v1/completions" \
+  vcurl -s "${K[@]}" "$1/v1/completions" \
     -d "{\"model\":\"$2\",\"prompt\":\"Once upon a time\",\"max_tokens\":$3,\"temperature\":0}" |
     /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["choices"][0]["text"] if "choices" in d else d)'; }
-code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$H_URL/v1/adapters" -d '{"name":"x","path":"sqlcopy"}')
+code=$(vcurl -s -o /dev/null -w '%{http_code}' -X POST "$H_URL/v1/adapters" -d '{"name":"x","path":"sqlcopy"}')
 check "hot: POST without the key is 401" [ "$code" = 401 ]
 check "hot: a path outside --lora-dir is 403" [ "$(post "$H_URL" "{\"name\":\"x\",\"path\":\"$E2E_TMP/sql\"}")" = 403 ]
 check "hot: '..' out of --lora-dir is 403" [ "$(post "$H_URL" '{"name":"x","path":"../sql"}')" = 403 ]
@@ -64,17 +64,17 @@ check "hot: another base's adapter is a 400 naming the tensor" \
   bash -c "[ $code = 400 ] && grep -q 'down_proj.lora_A.weight' '$E2E_TMP/out'"
 check "hot: POST loads sqlcopy (200)" [ "$(post "$H_URL" '{"name":"hot","path":"sqlcopy"}')" = 200 ]
 check "hot: the same name again is 409" [ "$(post "$H_URL" '{"name":"hot","path":"sqlcopy"}')" = 409 ]
-curl -s "${K[@]}" "$H_URL/v1/adapters" > "$E2E_TMP/list"
+vcurl -s "${K[@]}" "$H_URL/v1/adapters" > "$E2E_TMP/list"
 check "hot: GET /v1/adapters lists it as hot, the startup one not" /usr/bin/python3 -c "
 import json; d = {a['name']: a for a in json.load(open('$E2E_TMP/list'))['data']}
 assert d['hot']['hot'] and not d['sql']['hot'] and d['hot']['bytes'] > 0, d"
-check "hot: /v1/models lists it" bash -c "curl -s -H 'authorization: Bearer k' '$H_URL/v1/models' | grep -q '\"id\":\"hot\"'"
+check "hot: /v1/models lists it" bash -c "vcurl -s -H 'authorization: Bearer k' '$H_URL/v1/models' | grep -q '\"id\":\"hot\"'"
 t_sql=$(gen "$H_URL" sql 12); t_hot=$(gen "$H_URL" "$ID:hot" 12); t_base=$(gen "$H_URL" "$ID" 12)
 echo "  sql: $t_sql | hot: $t_hot | base: $t_base"
 check "hot: the hot-loaded copy writes what the startup adapter writes, not what the base writes" \
   [ -n "$t_sql" -a "$t_sql" = "$t_hot" -a "$t_hot" != "$t_base" ]
 # a long request on it, unloaded while it runs: it finishes on the adapter
-curl -s "${K[@]}" "$H_URL/v1/completions" \
+vcurl -s "${K[@]}" "$H_URL/v1/completions" \
   -d "{\"model\":\"$ID:hot\",\"prompt\":\"Once upon a time\",\"max_tokens\":300,\"temperature\":0,\"ignore_eos\":true}" \
   > "$E2E_TMP/long.json" &
 lp=$!
@@ -84,30 +84,30 @@ for _ in $(seq 1 200); do
   [ "${n:-0}" -ge 1 ] && break
   sleep 0.05
 done
-code=$(curl -s -o /dev/null -w '%{http_code}' "${K[@]}" -X DELETE "$H_URL/v1/adapters/hot")
+code=$(vcurl -s -o /dev/null -w '%{http_code}' "${K[@]}" -X DELETE "$H_URL/v1/adapters/hot")
 check "hot: DELETE while a request runs on it is 200" [ "$code" = 200 ]
 wait $lp
 check "hot: the running request finished on it (300 tokens, starting with the adapter's text)" \
   /usr/bin/python3 -c "
 import json, sys; d = json.load(open('$E2E_TMP/long.json'))
 assert d['usage']['completion_tokens'] == 300 and d['choices'][0]['text'].startswith(sys.argv[1]), d" "$t_hot"
-code=$(curl -s -o /dev/null -w '%{http_code}' "${K[@]}" "$H_URL/v1/completions" -d "{\"model\":\"$ID:hot\",\"prompt\":\"a\",\"max_tokens\":1}")
+code=$(vcurl -s -o /dev/null -w '%{http_code}' "${K[@]}" "$H_URL/v1/completions" -d "{\"model\":\"$ID:hot\",\"prompt\":\"a\",\"max_tokens\":1}")
 check "hot: after DELETE, <id>:hot is 404" [ "$code" = 404 ]
-curl -s "${K[@]}" "$H_URL/v1/adapters" > "$E2E_TMP/list"
+vcurl -s "${K[@]}" "$H_URL/v1/adapters" > "$E2E_TMP/list"
 check "hot: after DELETE, the list drops it" /usr/bin/python3 -c "
 import json; n = [a['name'] for a in json.load(open('$E2E_TMP/list'))['data']]
 assert n == ['sql'], n"
-code=$(curl -s -o /dev/null -w '%{http_code}' "${K[@]}" -X DELETE "$H_URL/v1/adapters/nope")
+code=$(vcurl -s -o /dev/null -w '%{http_code}' "${K[@]}" -X DELETE "$H_URL/v1/adapters/nope")
 check "hot: DELETE of an unknown adapter is 404" [ "$code" = 404 ]
-code=$(curl -s -o /dev/null -w '%{http_code}' "${K[@]}" -X PUT "$H_URL/v1/adapters")
+code=$(vcurl -s -o /dev/null -w '%{http_code}' "${K[@]}" -X PUT "$H_URL/v1/adapters")
 check "hot: PUT is 405" [ "$code" = 405 ]
 check "hot: SIGTERM exits 0" e2e_stop "$H_PID"
 rm -rf "$E2E_TMP/hot/wrong" "$E2E_TMP/hot/link" # --lora-dir loads every folder at startup
 # no --api-key: changes only over the --unix socket
 e2e_server U --model "$BASE" --ctx 1024 --lora-dir "$E2E_TMP/hot" --unix "$E2E_TMP/kiln.sock" || exit 1
-code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$U_URL/v1/adapters" -d '{"name":"u","path":"sqlcopy"}')
+code=$(vcurl -s -o /dev/null -w '%{http_code}' -X POST "$U_URL/v1/adapters" -d '{"name":"u","path":"sqlcopy"}')
 check "hot: without --api-key, POST over TCP is 403" [ "$code" = 403 ]
-code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$E2E_TMP/kiln.sock" -X POST http://kiln/v1/adapters -d '{"name":"u","path":"sqlcopy"}')
+code=$(vcurl -s -o /dev/null -w '%{http_code}' --unix-socket "$E2E_TMP/kiln.sock" -X POST http://kiln/v1/adapters -d '{"name":"u","path":"sqlcopy"}')
 check "hot: over the --unix socket it loads (200)" [ "$code" = 200 ]
 e2e_stop "$U_PID"
 # --lora-memory caps hot loads, and the plan counts it

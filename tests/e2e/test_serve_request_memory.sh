@@ -55,6 +55,54 @@ check "a normal request after all that: 200" \
   bash -c '[ "$(curl -s -o /dev/null -w "%{http_code}" "$1/v1/chat/completions" -H "Content-Type: application/json" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}")" = 200 ]' _ "$A_URL"
 e2e_stop "$A_PID"
 
+# ---------------------------------------------------------------- chat template renders
+# A 1 KiB message that the template ("hold", limits_template.jinja) turns into
+# a 4 MiB value: the render's memory is reserved in --request-memory while it
+# runs (peak >= 4 MiB), parallel renders past the cap get 503 + Retry-After,
+# and a render that could never fit is a 400 naming the flag.
+HM="$E2E_TMP/hold-model"
+mkdir -p "$HM" && cp "$M"/* "$HM"/ && cp "$E2E_DIR/limits_template.jinja" "$HM/chat_template.jinja"
+e2e_server H --model "$HM" --request-memory 16 || exit 1
+hold_req() { # URL N: N parallel "hold" requests; prints statuses, Retry-After and error messages
+  $PY - "$1" "$2" <<'PYEOF'
+import json, sys, threading, urllib.request, urllib.error
+url, n = sys.argv[1], int(sys.argv[2])
+body = json.dumps({"messages": [{"role": "user", "content": "hold" + "x" * 1020}], "max_tokens": 1}).encode()
+out = [None] * n
+def one(i):
+    rq = urllib.request.Request(url + "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(rq, timeout=120) as r:
+            out[i] = (r.status, None, "")
+    except urllib.error.HTTPError as e:
+        out[i] = (e.code, e.headers.get("Retry-After"), json.loads(e.read())["error"]["message"])
+ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(json.dumps(out))
+PYEOF
+}
+out=$(hold_req "$H_URL" 1)
+st=$(curl -s "$H_URL/stats")
+check "one render of a 4 MiB value: 200, counted (request memory peak >= 4 MiB), back to 0" \
+  $PY -c 'import json,sys; r=json.loads(sys.argv[1]); m=json.loads(sys.argv[2])["request_memory"]
+assert r[0][0] == 200, r
+assert m["peak"] >= 4 << 20 and m["peak"] <= m["max"] and m["used"] == 0, m' "$out" "$st"
+out=$(hold_req "$H_URL" 8)
+echo "  8 parallel: $(echo "$out" | $PY -c 'import json,sys; print([s for s,_,_ in json.load(sys.stdin)])')"
+st=$(curl -s "$H_URL/stats")
+check "8 parallel renders: 200, or 503 + Retry-After naming --request-memory; peak within the cap" \
+  $PY -c 'import json,sys; r=json.loads(sys.argv[1]); m=json.loads(sys.argv[2])["request_memory"]
+for s, ra, msg in r:
+    assert s == 200 or (s == 503 and ra is not None and "--request-memory" in msg), (s, ra, msg)
+assert m["peak"] <= m["max"] and m["used"] == 0, m' "$out" "$st"
+e2e_stop "$H_PID"
+e2e_server H2 --model "$HM" --max-body 65536 --request-memory 2 || exit 1
+out=$(hold_req "$H2_URL" 1)
+check "a render that can never fit (--request-memory 2): 400 naming --request-memory" \
+  $PY -c 'import json,sys; r=json.loads(sys.argv[1]); assert r[0][0] == 400 and "--request-memory" in r[0][2], r' "$out"
+e2e_stop "$H2_PID"
+
 # ---------------------------------------------------------------- Responses store: memory, not text
 # (memory, not text: unit.srv_reqmem stores 300,000 numbers — 0.6 MB of text,
 # over 8 MiB of values — and sees it refused)

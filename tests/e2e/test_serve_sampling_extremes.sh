@@ -14,7 +14,7 @@ e2e_server S --model "$STORIES" --ctx 256 || exit 1
 # gen EXTRA_JSON -> prints "text" (exit 1 on a non-200, a missing text, or a
 # logprob that is not a finite number)
 gen() {
-  curl -s -w '\n%{http_code}' "$S_URL/v1/completions" -H 'Content-Type: application/json' \
+  vcurl -s -w '\n%{http_code}' "$S_URL/v1/completions" -H 'Content-Type: application/json' \
     -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": 24, \"seed\": 7, \"logprobs\": 3, $1}" |
     $PY -c '
 import json, math, sys
@@ -50,16 +50,16 @@ for extra in '"temperature": 2, "top_k": 2147483647' '"temperature": 2, "top_p":
 done
 # +100 on one token, greedy: that token every time (bias dominates the logits)
 out=$(gen '"temperature": 0, "logit_bias": {"400": 100}')
-one=$(curl -s "$S_URL/v1/completions" -H 'Content-Type: application/json' \
+one=$(vcurl -s "$S_URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once upon a time", "max_tokens": 1, "temperature": 0, "logit_bias": {"400": 100}}' |
   $PY -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))')
 check "logit_bias +100 forces its token at every step" \
   $PY -c "import json,sys; o=json.loads(sys.argv[1]); t=json.loads(sys.argv[2]); sys.exit(0 if t and o == t * 24 else 1)" "$out" "$one"
 # outside the API's ranges: a 400 naming the parameter, as before
-code=$(curl -s -o "$E2E_TMP/b.json" -w '%{http_code}' "$S_URL/v1/completions" -H 'Content-Type: application/json' \
+code=$(vcurl -s -o "$E2E_TMP/b.json" -w '%{http_code}' "$S_URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "x", "max_tokens": 1, "logit_bias": {"5": 1e30}}')
 check "logit_bias 1e30 is a 400 naming logit_bias ($code)" bash -c "[ $code = 400 ] && grep -q logit_bias '$E2E_TMP/b.json'"
-code=$(curl -s -o "$E2E_TMP/b.json" -w '%{http_code}' "$S_URL/v1/completions" -H 'Content-Type: application/json' \
+code=$(vcurl -s -o "$E2E_TMP/b.json" -w '%{http_code}' "$S_URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "x", "max_tokens": 1, "top_p": 0}')
 check "top_p 0 is a 400 naming top_p ($code)" bash -c "[ $code = 400 ] && grep -q top_p '$E2E_TMP/b.json'"
 check "/stats counts no NaN rows" \
@@ -90,7 +90,7 @@ b[at:at + dim * 4] = struct.pack("<f", float("nan")) * dim
 open(dst, "wb").write(b)
 PY
 e2e_server N --model "$NANM" --ctx 256 || exit 1
-out=$(curl -s -w '\n%{http_code}' "$N_URL/v1/completions" -H 'Content-Type: application/json' \
+out=$(vcurl -s -w '\n%{http_code}' "$N_URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once upon a", "max_tokens": 16, "temperature": 1, "seed": 3, "logprobs": 2}')
 check "NaN logits for one token (id $T): still a 200" [ "${out##*$'\n'}" = 200 ]
 check "...with finite logprobs" $PY -c '
@@ -102,11 +102,11 @@ sys.exit(0 if lp and all(math.isfinite(v) for v in lp) else 1)' "$out"
 nan_rows=$(curl -s "$N_URL/stats" | $PY -c 'import json,sys; print(json.load(sys.stdin)["engine"]["nan_logit_rows"])')
 check "...and the NaN rows are counted ($nan_rows)" [ "$nan_rows" -ge 16 ]
 check "...with one WARN line" [ "$(grep -c 'produced NaN logits' "$N_LOG")" = 1 ]
-code=$(curl -s -o "$E2E_TMP/n.json" -w '%{http_code}' "$N_URL/v1/completions" -H 'Content-Type: application/json' \
+code=$(vcurl -s -o "$E2E_TMP/n.json" -w '%{http_code}' "$N_URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once upon a time", "max_tokens": 4}')
 check "a prompt holding the NaN token: an error that says so ($code)" \
   bash -c "[ $code = 500 ] && grep -q 'no finite logit' '$E2E_TMP/n.json'"
-r=$(curl -s -o /dev/null -w '%{http_code}' "$N_URL/v1/completions" -H 'Content-Type: application/json' \
+r=$(vcurl -s -o /dev/null -w '%{http_code}' "$N_URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once upon a", "max_tokens": 4}')
 check "the server keeps serving ($r)" [ "$r" = 200 ]
 e2e_stop "$N_PID"

@@ -89,4 +89,21 @@ check "failed writes are counted" [ "$(stat_ssd "$F_URL" failed)" -ge 1 ]
 check "flush answers 503 when not durable ($code)" [ "$code" = 503 ]
 check "one warning in the log" [ "$(grep -c 'write failed' "$F_LOG")" = 1 ]
 check "the server still exits 0" e2e_stop "$F_PID"
+
+# ---- the write queue's copies are memory inside --memory-budget
+adm() { curl -s "$1/stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['admission']['overhead_bytes'])"; }
+e2e_server P --model "$MODEL" --ctx 1024 --memory-budget 2 || exit 1
+o_plain=$(adm "$P_URL"); e2e_stop "$P_PID"
+e2e_server Q --model "$MODEL" --ctx 1024 --memory-budget 2 --ssd-cache "$E2E_TMP/ssd-q" || exit 1
+q=$(stat_ssd "$Q_URL" queue_max_bytes); o_q=$(adm "$Q_URL")
+check "on a 2 GB budget the write queue gets 1/16 of it ($q bytes)" [ "$q" = 125000000 ]
+check "and the plan counts it ($o_plain + $q = $o_q)" [ $((o_plain + q)) = "$o_q" ]
+check "/stats shows the queue's bytes" [ "$(stat_ssd "$Q_URL" queue_bytes)" -ge 0 ]
+e2e_stop "$Q_PID"
+e2e_server R --model "$MODEL" --ctx 1024 --memory-budget 2 --ssd-cache "$E2E_TMP/ssd-r" --ssd-queue-mib 64 || exit 1
+check "--ssd-queue-mib 64 sets it, counted too" \
+  bash -c '[ "$1" = 67108864 ] && [ $(($2 + 67108864)) = "$3" ]' _ "$(stat_ssd "$R_URL" queue_max_bytes)" "$o_plain" "$(adm "$R_URL")"
+e2e_stop "$R_PID"
+"$KILN_BIN" serve --model "$MODEL" --ssd-queue-mib 64 > "$E2E_TMP/q.log" 2>&1
+check "--ssd-queue-mib without --ssd-cache is refused" grep -q "needs --ssd-cache" "$E2E_TMP/q.log"
 e2e_done

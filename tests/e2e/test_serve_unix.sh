@@ -39,14 +39,14 @@ LEASE=$!
 check "lease answers 'leased'" wait_for 'grep -qx leased "$E2E_TMP/lease"'
 check "stats: one lease held" is "$(ustats engine.leases)" 1
 steps0=$(ustats engine.steps)
-curl -s --unix-socket "$SOCK" -d '{"prompt":"Once upon","max_tokens":8,"temperature":0}' -o "$E2E_TMP/held" -w '%{http_code}' http://kiln/v1/completions > "$E2E_TMP/held.code" &
+vcurl -s --unix-socket "$SOCK" -d '{"prompt":"Once upon","max_tokens":8,"temperature":0}' -o "$E2E_TMP/held" -w '%{http_code}' http://kiln/v1/completions > "$E2E_TMP/held.code" &
 HELD=$!
 check "request during the lease is queued" wait_for '[ "$(ustats batch.queued)" = 1 ]'
 sleep 1
 check "no step ran during the lease" is "$(ustats engine.steps)" "$steps0"
 check "the held request has not finished" kill -0 "$HELD"
 # cancellation still works while leased: a client that gives up leaves the queue
-curl -s -m 0.5 --unix-socket "$SOCK" -d '{"prompt":"Once","max_tokens":8}' http://kiln/v1/completions >/dev/null 2>&1
+vcurl -s -m 0.5 --unix-socket "$SOCK" -d '{"prompt":"Once","max_tokens":8}' http://kiln/v1/completions >/dev/null 2>&1
 check "cancelled while leased: it leaves, the held one stays" wait_for '[ "$(ustats batch.queued)" = 1 ] && [ "$(ustats requests.cancelled)" -ge 1 ]'
 kill "$LEASE"; wait "$LEASE" 2>/dev/null
 wait "$HELD"
@@ -58,7 +58,7 @@ check "stats: lease released" is "$(ustats engine.leases)" 0
 curl -sN --unix-socket "$SOCK" -X POST http://kiln/admin/lease > "$E2E_TMP/lease2" 2>/dev/null &
 LEASE=$!
 wait_for 'grep -qx leased "$E2E_TMP/lease2"'
-curl -s --unix-socket "$SOCK" -d '{"prompt":"Once","max_tokens":8}' http://kiln/v1/completions >/dev/null 2>&1 &
+vcurl -s --unix-socket "$SOCK" -d '{"prompt":"Once","max_tokens":8}' http://kiln/v1/completions >/dev/null 2>&1 &
 sleep 0.3
 t0=$(date +%s.%N)
 e2e_stop "$S_PID"; rc=$?

@@ -8,6 +8,10 @@ Anthropic's Messages spec).
                              written by harness.mjs (vfetch); exit 1 and one
                              line per non-conformance when any
   validate_api.py --one SPEC SCHEMA FILE   one JSON file (shell suites)
+  validate_api.py --http URL STATUS FILE   what kiln answered on URL with
+                             STATUS (a JSON body or an SSE stream), checked
+                             against the schema of its route, as harness.mjs
+                             does (lib.sh's vcurl)
   validate_api.py --self-test  a conformant object passes and deliberately
                              broken ones are rejected (the check can fail)
 
@@ -224,33 +228,94 @@ class Recorder:
         return rc == 0, out.getvalue().rstrip()
 
 
-def check_log(path):
+def schema_for(path, status, stream, event, body):
+    """The official schema of what kiln answered on path (harness.mjs's
+    schemaFor); None: a kiln-only route."""
+    ant = path.startswith("/v1/messages")
+    if not path.startswith("/v1/") or path.startswith("/v1/conversations"):
+        return None
+    if status >= 400 or event == "error" or (stream and not ant and isinstance(body, dict)
+                                              and "error" in body and "type" not in body):
+        return ("anthropic" if ant else "openai", "ErrorResponse")
+    table = {"/v1/chat/completions": ("openai", "CreateChatCompletionStreamResponse" if stream
+                                      else "CreateChatCompletionResponse"),
+             "/v1/completions": ("openai", "CreateCompletionResponse"),
+             "/v1/models": ("openai", "ListModelsResponse"),
+             "/v1/embeddings": ("openai", "CreateEmbeddingResponse"),
+             "/v1/responses": ("openai", "ResponseStreamEvent" if stream else "Response"),
+             "/v1/messages": ("anthropic", "MessageStreamEvent" if stream else "Message"),
+             "/v1/messages/count_tokens": ("anthropic", "BetaCountMessageTokensResponse")}
+    if path in table:
+        return table[path]
+    if path.startswith("/v1/models/"):
+        return ("openai", "Model")
+    return None
+
+
+def http_records(url, status, text):
+    """Records (as harness.mjs writes them) of one answer: a JSON body, or
+    each data frame of an SSE stream."""
+    from urllib.parse import urlparse
+    path = urlparse(url).path
+    out = []
+    if text.lstrip().startswith(("data:", "event:")):
+        n = 0
+        for block in text.replace("\r\n", "\n").split("\n\n"):
+            event = data = None
+            for line in block.split("\n"):
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
+                    d = line[5:].lstrip(" ") if line[5:6] == " " else line[5:]
+                    data = d if data is None else data + "\n" + d
+            if data is None or data == "[DONE]":
+                continue
+            where = "%s event %d%s" % (path, n, " " + event if event else "")
+            n += 1
+            try:
+                body = json.loads(data)
+            except ValueError:
+                out.append({"spec": "openai", "schema": "(not JSON)", "where": where, "body": data})
+                continue
+            s = schema_for(path, status, True, event, body)
+            if s:
+                out.append({"spec": s[0], "schema": s[1], "where": where, "body": body})
+        return out
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return [{"spec": "openai", "schema": "(not JSON)", "where": path, "body": text[:200]}]
+    s = schema_for(path, status, False, None, body)
+    return [{"spec": s[0], "schema": s[1], "where": path, "body": body}] if s else []
+
+
+def check_log(path, records=None):
     spec_dir = find_spec_dir()
     specs = {"openai": Spec(os.path.join(spec_dir, "openai.schemas.json")),
              "anthropic": Spec(os.path.join(spec_dir, "anthropic.schemas.json"))}
     n = skipped = 0
     bad = []
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
+    lines = records if records is not None else (json.loads(l) for l in open(path) if l.strip())
+    for r in lines:
+        if r["schema"] in ("(not JSON)", "(unreadable)"):
+            bad.append((r["schema"], "%s: %s %s" % (r["where"], r["schema"], str(r["body"])[:200])))
+            continue
+        body = r["body"]
+        if r["spec"] == "anthropic":
+            body = anthropic_body(r["schema"], body)
+            if body is None:
+                skipped += 1
                 continue
-            r = json.loads(line)
-            body = r["body"]
-            if r["spec"] == "anthropic":
-                body = anthropic_body(r["schema"], body)
-                if body is None:
-                    skipped += 1
-                    continue
-            body = completion_chunk(r["where"], r["schema"], body)
-            try:
-                body = embedding_b64(r["schema"], body)
-            except ValueError as e:
-                bad.append((str(e), "%s: %s" % (r["where"], e)))
-                continue
-            n += 1
-            for e in specs[r["spec"]].errors(r["schema"], body):
-                bad.append(("%s %s: %s" % (r["where"].split(" event ")[0], r["schema"], e),
-                            "%s %s: %s\n    %s" % (r["where"], r["schema"], e, json.dumps(body)[:400])))
+        body = completion_chunk(r["where"], r["schema"], body)
+        try:
+            body = embedding_b64(r["schema"], body)
+        except ValueError as e:
+            bad.append((str(e), "%s: %s" % (r["where"], e)))
+            continue
+        n += 1
+        for e in specs[r["spec"]].errors(r["schema"], body):
+            bad.append(("%s %s: %s" % (r["where"].split(" event ")[0], r["schema"], e),
+                        "%s %s: %s\n    %s" % (r["where"], r["schema"], e, json.dumps(body)[:400])))
     # one line per distinct failure (a stream repeats the same one per event)
     seen, out = set(), []
     for k, b in bad:
@@ -305,6 +370,9 @@ if __name__ == "__main__":
         for e in errs:
             print("NONCONFORMANT %s %s: %s" % (sys.argv[2], sys.argv[3], e))
         sys.exit(1 if errs else 0)
+    if len(sys.argv) == 5 and sys.argv[1] == "--http":
+        sys.exit(check_log(None, http_records(sys.argv[2], int(sys.argv[3]),
+                                              open(sys.argv[4], encoding="utf-8", errors="replace").read())))
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     sys.exit(check_log(sys.argv[1]))

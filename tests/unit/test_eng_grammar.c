@@ -292,9 +292,56 @@ static void test_masked_sampler_renormalizes(void)
     ASSERT_EQ_I64(eng_sample_row_masked(&sp, l, 8, NULL, 0, &none, &r, scratch, &o), -1);
 }
 
+/* A model with more logits than the tokenizer has ids (a padded embedding):
+ * the draw stays among the mask's allowed ids however large the logits past
+ * the tokenizer (and never reads past the mask: ASan). */
+static void test_more_logits_than_tokenizer_ids(void)
+{
+    test_shared_path(dir, sizeof dir, "models/stories260K");
+    if (!test_path_exists(dir)) TEST_SKIP("stories260K absent");
+    kiln_err err;
+    tok_tokenizer *t;
+    ASSERT_OK(tok_load(dir, &t, &err));
+    eng_gmask *gm;
+    ASSERT_OK(eng_gmask_create(t, &gm, &err));
+    gr_grammar *g = schema("{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}");
+    ASSERT_TRUE(g);
+    eng_gstate *gs;
+    ASSERT_OK(eng_gstate_create(gm, g, NULL, 0, &gs, &err));
+    int64_t n_tok = tok_vocab_size(t), vocab = (n_tok + 63) / 64 * 64 + 300;
+    float *l = calloc((size_t)vocab, sizeof *l);
+    void *scratch = calloc((size_t)vocab, 64);
+    ASSERT_TRUE(l && scratch);
+    for (int64_t i = n_tok; i < vocab; i++)
+        l[i] = 1e4f; /* ids no tokenizer token has: never drawn */
+    eng_sampling sp = eng_sampling_default();
+    sp.temperature = 1.0f;
+    eng_rng r;
+    eng_rng_seed(&r, 3);
+    eng_sample_out o;
+    for (int k = 0; k < 20; k++) {
+        int32_t tk = eng_gstate_sample(gs, &sp, l, vocab, NULL, 0, NULL, 0, 8, &r, scratch, &o, &err);
+        ASSERT_TRUE(tk >= 0 && tk < n_tok);
+        size_t n;
+        char *b = NULL;
+        ASSERT_OK(tok_token_bytes(t, tk, &b, &n, NULL));
+        ASSERT_TRUE(n >= 1);
+        for (size_t i = 0; i < n; i++) /* the grammar's: digits, or whitespace around them */
+            ASSERT_TRUE(strchr("0123456789 \t\n\r", b[i]) && b[i]);
+        free(b);
+    }
+    free(l);
+    free(scratch);
+    eng_gstate_free(gs);
+    gr_grammar_release(g);
+    eng_gmask_destroy(gm);
+    tok_destroy(t);
+}
+
 int main(void)
 {
     RUN(test_masked_sampler_renormalizes);
+    RUN(test_more_logits_than_tokenizer_ids);
     RUN(test_batch_constrained_and_free_rows_each_equal_alone);
     RUN(test_length_budget_finishes_within_max_tokens);
     RUN(test_finished_grammar_ends_even_with_ignore_eos);

@@ -3,7 +3,7 @@
  * nobody here wrote: masks equal "the token's bytes can be accepted" for every
  * token, the cached / leaf paths equal a plain trie walk, random generations
  * under a length budget always finish and parse (jansson for JSON), rollback,
- * distances, GBNF errors. Runs on the stories260K tokenizer (../shared) and, when
+ * distances, GBNF errors, special tokens as terminals. Runs on the stories260K tokenizer (../shared) and, when
  * they can be fetched, the real Llama 3 and Qwen3 tokenizers.
  */
 #include "grammar/gr_int.h"
@@ -318,6 +318,127 @@ static void test_special_tokens_never_allowed(void)
     tok_destroy(tok);
 }
 
+/* A special token as a terminal (gr_special): allowed exactly where the grammar
+ * names it, as one token; its text spelled by ordinary tokens never matches;
+ * other special tokens stay masked out; the cached / leaf masks equal the walk
+ * and every token's accept while generating text and specials mixed. */
+static void test_special_token_terminal(void)
+{
+    tok_tokenizer *tok = stories_tok();
+    if (!tok) TEST_SKIP("no stories260K tokenizer");
+    kiln_err err;
+    gr_vocab *v;
+    ASSERT_OK(gr_vocab_create(tok, &v, &err));
+    int32_t sp = -1, other = -1;
+    for (int32_t t = 0; t < gr_vocab_size(v); t++)
+        if (tok_is_special(tok, t)) {
+            if (sp < 0)
+                sp = t;
+            else if (other < 0)
+                other = t;
+        }
+    ASSERT_TRUE(sp >= 0 && other >= 0);
+    char *text = NULL;
+    size_t tlen = 0;
+    ASSERT_OK(tok_token_bytes(tok, sp, &text, &tlen, NULL));
+    ASSERT_TRUE(tlen > 0);
+    /* an ordinary token holding byte 0xFF (byte fallback) is never constrainable */
+    for (int32_t t = 0; t < gr_vocab_size(v); t++) {
+        char *b = NULL;
+        size_t n = 0;
+        if (tok_is_special(tok, t) || tok_token_bytes(tok, t, &b, &n, NULL)) continue;
+        if (memchr(b, 0xFF, n)) ASSERT_TRUE(!gr_vocab_constrainable(v, t));
+        free(b);
+    }
+    gr_builder *b;
+    ASSERT_OK(gr_builder_create(NULL, &b, &err));
+    ASSERT_TRUE(gr_special(b, -1) < 0); /* out of range: the builder fails */
+    gr_builder_destroy(b);
+    ASSERT_OK(gr_builder_create(NULL, &b, &err));
+    ASSERT_TRUE(gr_special(b, 1 << 21) < 0);
+    gr_builder_destroy(b);
+    /* root ::= "a" SP "b" */
+    ASSERT_OK(gr_builder_create(NULL, &b, &err));
+    gr_rule root = gr_rule_new(b, "root");
+    gr_expr x[] = {gr_str(b, "a"), gr_special(b, sp), gr_str(b, "b")};
+    ASSERT_OK(gr_rule_define(b, root, gr_seq(b, x, 3), &err));
+    gr_grammar *g;
+    ASSERT_OK(gr_builder_compile(b, root, &g, &err));
+    gr_builder_destroy(b);
+    gr_matcher *m;
+    ASSERT_OK(gr_matcher_create(g, v, &m, &err));
+    uint64_t *bits = calloc(gr_vocab_words(v), 8);
+    ASSERT_OK(gr_matcher_mask(m, bits, &err));
+    ASSERT_TRUE(!gr_bit(bits, sp) && !gr_bit(bits, other));
+    ASSERT_TRUE(check_mask_exact(m, v, bits));
+    ASSERT_OK(gr_matcher_accept_bytes(m, "a", 1, &err));
+    ASSERT_EQ_I64(gr_matcher_distance(m), 4 + 1); /* the marker, then "b" */
+    ASSERT_OK(gr_matcher_mask(m, bits, &err));
+    int64_t pop = 0;
+    for (size_t w = 0; w < gr_vocab_words(v); w++)
+        pop += __builtin_popcountll(bits[w]);
+    ASSERT_EQ_I64(pop, 1); /* the special token and nothing else */
+    ASSERT_TRUE(gr_bit(bits, sp));
+    ASSERT_TRUE(check_mask_exact(m, v, bits));
+    /* its text, spelled, is not the token */
+    ASSERT_CODE(gr_matcher_accept_bytes(m, text, tlen, &err), KILN_E_INVALID);
+    ASSERT_CODE(gr_matcher_accept_token(m, other, &err), KILN_E_INVALID);
+    ASSERT_OK(gr_matcher_accept_token(m, sp, &err));
+    ASSERT_TRUE(!gr_matcher_accepting(m));
+    ASSERT_OK(gr_matcher_accept_bytes(m, "b", 1, &err));
+    ASSERT_TRUE(gr_matcher_done(m));
+    /* rollback over the special: the same mask again */
+    ASSERT_OK(gr_matcher_rollback(m, 2, &err));
+    ASSERT_OK(gr_matcher_mask(m, bits, &err));
+    ASSERT_TRUE(gr_bit(bits, sp));
+    gr_matcher_destroy(m);
+    uint64_t fp = gr_grammar_fingerprint(g);
+    gr_grammar_release(g);
+    /* the same text around another special: another grammar */
+    ASSERT_OK(gr_builder_create(NULL, &b, &err));
+    root = gr_rule_new(b, "root");
+    gr_expr y[] = {gr_str(b, "a"), gr_special(b, other), gr_str(b, "b")};
+    ASSERT_OK(gr_rule_define(b, root, gr_seq(b, y, 3), &err));
+    ASSERT_OK(gr_builder_compile(b, root, &g, &err));
+    gr_builder_destroy(b);
+    ASSERT_TRUE(gr_grammar_fingerprint(g) != fp);
+    gr_grammar_release(g);
+    /* free text and specials mixed, under a budget: root ::= ([a-z ]{1,12} SP)+ "." */
+    ASSERT_OK(gr_builder_create(NULL, &b, &err));
+    root = gr_rule_new(b, "root");
+    static const uint32_t az[] = {'a', 'z', ' ', ' '};
+    gr_expr item = gr_seq2(b, gr_rep(b, gr_class(b, az, 2, false), 1, 12), gr_special(b, sp));
+    ASSERT_OK(gr_rule_define(b, root, gr_seq2(b, gr_rep(b, item, 1, -1), gr_str(b, ".")), &err));
+    ASSERT_OK(gr_builder_compile(b, root, &g, &err));
+    gr_builder_destroy(b);
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        ASSERT_OK(gr_matcher_create(g, v, &m, &err));
+        char out[4096];
+        int used = generate(m, v, seed, 60, seed <= 2, out, sizeof out);
+        ASSERT_TRUE(used > 0);
+        /* the text: runs of [a-z ] each closed by exactly the marker, then "." */
+        size_t n = strlen(out), runs = 0;
+        ASSERT_TRUE(n > 0 && out[n - 1] == '.');
+        for (size_t i = 0; i + 1 < n;) {
+            size_t j = i;
+            while (j < n && ((out[j] >= 'a' && out[j] <= 'z') || out[j] == ' '))
+                j++;
+            ASSERT_TRUE(j > i && j + 4 <= n && (uint8_t)out[j] == 0xFF);
+            ASSERT_EQ_I64(((out[j + 1] & 0x7F) << 14) | ((out[j + 2] & 0x7F) << 7) | (out[j + 3] & 0x7F),
+                          sp);
+            runs++;
+            i = j + 4;
+        }
+        ASSERT_TRUE(runs >= 1);
+        gr_matcher_destroy(m);
+    }
+    gr_grammar_release(g);
+    free(bits);
+    free(text);
+    gr_vocab_destroy(v);
+    tok_destroy(tok);
+}
+
 static void test_try_tokens_and_rollback_for_drafts(void)
 {
     tok_tokenizer *tok = stories_tok();
@@ -405,6 +526,7 @@ int main(void)
     RUN(test_gbnf_errors_name_the_problem);
     RUN(test_masks_exact_on_small_vocab);
     RUN(test_special_tokens_never_allowed);
+    RUN(test_special_token_terminal);
     RUN(test_try_tokens_and_rollback_for_drafts);
     RUN(test_text_without_markers);
     RUN(test_json_any_walks_parse_stories);

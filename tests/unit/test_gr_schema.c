@@ -3,7 +3,8 @@
  * supported keyword lets through and what it stops, number bounds against C's
  * own arithmetic over every short decimal in a range, lengths counted in
  * characters (escapes and multi-byte ones), extra keys that must differ from
- * declared ones, dates with leap years, and the refusals naming their keyword.
+ * declared ones, dates with leap years, the refusals naming their keyword, and
+ * the same schemas in Gemma 4's argument syntax (gr_builder_add_json_schema_as).
  * (Generated outputs are validated by Debian's python3-jsonschema in
  * tests/cli/test_grammar_corpus.sh.)
  */
@@ -378,6 +379,84 @@ static void test_refusals_name_the_keyword(void)
     }
 }
 
+/* The schema in Gemma 4's argument syntax (gr_builder_add_json_schema_as):
+ * bare keys, strings raw between a delimiter (here its text; the server uses
+ * the special token), no delimiter or call end inside, numbers a JSON reader
+ * reads back, quoted keys where a bare one cannot be read back. */
+static gr_grammar *schema_as(const char *text, kiln_err *err)
+{
+    static const char *const forbid[] = {"<|\"|>", "<tool_call|>"};
+    json_t *s = json_loads(text, 0, NULL);
+    gr_options o = gr_options_default();
+    o.json_ws_max = 0;
+    gr_builder *b;
+    gr_grammar *g = NULL;
+    if (!s || gr_builder_create(&o, &b, err)) {
+        json_decref(s);
+        return NULL;
+    }
+    gr_value_syntax syn = {gr_str(b, "<|\"|>"), "<|\"|>", forbid, 2};
+    gr_expr v;
+    gr_rule root = gr_rule_new(b, "root");
+    if (!gr_builder_add_json_schema_as(b, s, true, &syn, &v, err) &&
+        !gr_rule_define(b, root, v, err))
+        (void)gr_builder_compile(b, root, &g, err);
+    gr_builder_destroy(b);
+    json_decref(s);
+    return g;
+}
+
+static void test_gemma4_argument_syntax(void)
+{
+    kiln_err err;
+    gr_grammar *g = schema_as(
+        "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":5},"
+        "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7},\"unit\":{\"enum\":[\"c\",[1,{\"k\":\"v\"}]]},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}},"
+        "\"a:b\":{\"type\":\"boolean\"},\"meta\":{\"type\":\"object\",\"additionalProperties\":true},\"x\":{\"type\":\"number\"}},"
+        "\"required\":[\"city\",\"days\"]}",
+        &err);
+    ASSERT_TRUE(g);
+    EXPECT(g, "{city:<|\"|>Paris<|\"|>,days:3}", 1);
+    EXPECT(g, "{city:<|\"|>a\"b\\\\<|\"|>,days:3}", 1); /* raw: quotes and backslashes as they are */
+    EXPECT(g, "{city:<|\"|>\xc3\xa9t\xc3\xa9<|\"|>,days:3}", 1);
+    EXPECT(g, "{city:\"Paris\",days:3}", 0);          /* JSON's quotes are not strings here */
+    EXPECT(g, "{\"city\":<|\"|>Paris<|\"|>,days:3}", 0); /* nor JSON's keys */
+    EXPECT(g, "{city:<|\"|>Parisx<|\"|>,days:3}", 0);   /* maxLength in characters */
+    EXPECT(g, "{city:<|\"|>a<tool_call|><|\"|>,days:3}", 0);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:8}", 0);
+    EXPECT(g, "{city: <|\"|>x<|\"|>,days:1}", 0); /* compact, as the template writes it */
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,unit:<|\"|>c<|\"|>}", 1);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,unit:[1,{k:<|\"|>v<|\"|>}]}", 1);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,unit:<|\"|>d<|\"|>}", 0);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,tags:[<|\"|>ab<|\"|>,<|\"|>c<|\"|>]}", 1);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,tags:[<|\"|>Ab<|\"|>]}", 0);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,<|\"|>a:b<|\"|>:true}", 1); /* ':' in a key: quoted */
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,a:b:true}", 0);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,meta:{k:1,z_2:[null,<|\"|>s<|\"|>,false]}}", 1);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,meta:{<|\"|>k<|\"|>:1}}", 0);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,x:-1.5e-12}", 1);
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,x:1e308}", 0); /* three exponent digits: a reader may overflow */
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,x:1234567890123456789}", 0); /* 19 digits */
+    EXPECT(g, "{city:<|\"|>x<|\"|>,days:1,other:1}", 0);              /* strict: no extras */
+    gr_grammar_release(g);
+    /* not strict: extra keys, bare, non-empty, never a declared one */
+    g = schema_as("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                  "\"additionalProperties\":true}",
+                  &err);
+    ASSERT_TRUE(g);
+    EXPECT(g, "{a:1,b_c:<|\"|>z<|\"|>}", 1);
+    EXPECT(g, "{a:1,a:2}", 0);
+    EXPECT(g, "{a:1,:2}", 0);
+    gr_grammar_release(g);
+    /* a key no spelling carries: refused, naming it */
+    ASSERT_TRUE(!schema_as("{\"type\":\"object\",\"properties\":{\"x<|\\\"|>\":{}}}", &err));
+    ASSERT_CODE(err.code, KILN_E_UNSUPPORTED);
+    ASSERT_TRUE(strstr(err.msg, "x<|"));
+    ASSERT_TRUE(!schema_as("{\"type\":\"object\",\"properties\":{\"\":{}},\"required\":[\"\"]}", &err));
+    ASSERT_CODE(err.code, KILN_E_UNSUPPORTED);
+}
+
 int main(void)
 {
     char p[4096];
@@ -396,6 +475,7 @@ int main(void)
     RUN(test_refs_recursion_allof_oneof);
     RUN(test_subsets_for_pattern_properties_not_dependencies_unique);
     RUN(test_refusals_name_the_keyword);
+    RUN(test_gemma4_argument_syntax);
     gr_vocab_destroy(V);
     tok_destroy(tok);
     return TEST_DONE();

@@ -190,6 +190,77 @@ static void test_limits_fail_cleanly(void)
     free(got);
 }
 
+/* The shared account (the server's --request-memory): a render reserves what
+ * its values and text buffers hold as they grow, gives all of it back at the
+ * end, and stops with KILN_E_BUSY, holding nothing, when the account is full. */
+typedef struct {
+    size_t held, peak, cap;
+} test_acct;
+
+static kiln_code acct_reserve(void *ctx, size_t n, size_t total)
+{
+    test_acct *a = ctx;
+    if (a->cap && total > a->cap) return KILN_E_TOO_LARGE;
+    if (a->cap && a->held + n > a->cap) return KILN_E_BUSY;
+    a->held += n;
+    if (a->held > a->peak) a->peak = a->held;
+    return KILN_OK;
+}
+
+static void acct_release(void *ctx, size_t n)
+{
+    test_acct *a = ctx;
+    a->held -= n;
+}
+
+static kiln_code render_acct(const char *src, test_acct *a, size_t *out_len, kiln_err *err)
+{
+    tmpl_options o = tmpl_options_default();
+    o.acct_reserve = acct_reserve;
+    o.acct_release = acct_release;
+    o.acct_ctx = a;
+    o.acct_name = "the test account";
+    tmpl_template *t = NULL;
+    kiln_code rc = tmpl_compile(src, strlen(src), &o, &t, err);
+    char *out = NULL;
+    if (!rc) rc = tmpl_render(t, NULL, &out, out_len, err);
+    free(out);
+    tmpl_free(t);
+    return rc;
+}
+
+static void test_renders_reserve_what_they_hold_in_a_shared_account(void)
+{
+    /* a 1 MiB string (16 bytes doubled 16 times), printed */
+    const char *big = "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(16) %}"
+                      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}";
+    test_acct a = {0};
+    size_t len = 0;
+    kiln_err err;
+    ASSERT_EQ_I64(render_acct(big, &a, &len, &err), KILN_OK);
+    ASSERT_EQ_U64(len, (size_t)1 << 20);
+    ASSERT_EQ_U64(a.held, 0);                         /* all given back */
+    ASSERT_TRUE(a.peak >= (size_t)2 << 20);           /* the string and the text it printed */
+    ASSERT_TRUE(a.peak <= (size_t)8 << 20);           /* not the sum of every step */
+    ASSERT_EQ_U64(a.peak % ((size_t)64 << 10), 0);    /* reserved in 64 KiB steps */
+    test_acct small = {0};
+    ASSERT_EQ_I64(render_acct("{% for i in range(100) %}{{ i }}{% endfor %}", &small, &len, &err),
+                  KILN_OK);
+    ASSERT_TRUE(small.peak > 0 && small.peak <= (size_t)128 << 10);
+    ASSERT_EQ_U64(small.held, 0);
+    /* more than the whole account: TOO_LARGE (a 400 in the server), nothing kept */
+    test_acct small_cap = {.cap = (size_t)512 << 10};
+    ASSERT_EQ_I64(render_acct(big, &small_cap, &len, &err), KILN_E_TOO_LARGE);
+    ASSERT_TRUE(strstr(err.msg, "more than the test account holds") != NULL);
+    ASSERT_EQ_U64(small_cap.held, 0);
+    ASSERT_TRUE(small_cap.peak <= small_cap.cap);
+    /* the account held by others: BUSY (a 503), nothing kept */
+    test_acct others = {.cap = (size_t)8 << 20, .held = (size_t)7 << 20};
+    ASSERT_EQ_I64(render_acct(big, &others, &len, &err), KILN_E_BUSY);
+    ASSERT_TRUE(strstr(err.msg, "which other requests hold now") != NULL);
+    ASSERT_EQ_U64(others.held, (size_t)7 << 20);
+}
+
 static void test_reference_cycles_are_swept(void)
 {
     /* a namespace holding itself, and a caller stored in a namespace: freed at the end
@@ -358,6 +429,7 @@ int main(void)
     RUN(test_raise_exception_surfaces_the_message_verbatim);
     RUN(test_runtime_errors_carry_line_and_column);
     RUN(test_limits_fail_cleanly);
+    RUN(test_renders_reserve_what_they_hold_in_a_shared_account);
     RUN(test_reference_cycles_are_swept);
     RUN(test_deeply_nested_garbage_is_freed_without_deep_recursion);
     RUN(test_strftime_now_uses_the_injected_clock);

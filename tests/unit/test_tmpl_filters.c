@@ -47,6 +47,11 @@ static void test_sequence_filters(void)
                   "{{ [3, 1, 2] | max }}|{{ [1, 2, 3] | sum }}",
                   NULL, "[[1, 2], [3, 4], [5]]|[[1, 2], [3, 0]]|13|6");
     ASSERT_RENDER_ERR("{{ [1, 'a'] | sort }}", NULL, KILN_E_INVALID, "cannot compare");
+    /* empty containers (a tool without parameters, as Gemma 4's template sorts
+     * them): nothing to sort, no copy from a NULL array (UBSan aborted here) */
+    ASSERT_RENDER("{{ [] | sort }}|{{ {} | dictsort }}|{% for k, v in {} | dictsort %}x{% endfor %}|"
+                  "{{ [] | sort(attribute='a') }}",
+                  NULL, "[]|[]||[]");
 }
 
 static void test_select_reject_map_family(void)
