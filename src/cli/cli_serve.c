@@ -201,6 +201,7 @@ typedef struct {
     kv_ssd *ssd;
     cli_loras loras;
     eng_draft *draft;
+    eng_mtp *mtp;
 } serve_state;
 
 static void serve_close(serve_state *st)
@@ -217,6 +218,7 @@ static void serve_close(serve_state *st)
     eng_engine_stop(st->eng);
     cli_loras_free(&st->loras); /* after the engine: no request runs with them any more */
     eng_draft_close(st->draft); /* before the runtime: it runs on the target's threads */
+    eng_mtp_close(st->mtp);
     kv_ssd_close(st->ssd, 5.0);
     tok_destroy(st->tok);
     eng_runtime_close(st->rt);
@@ -336,6 +338,12 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         serve_close(&st);
         return cli_fail("serve", &err);
     }
+    /* --spec mtp: the model's own MTP head (its one-layer KV pool: not in the plan yet) */
+    if (eo.spec.method == ENG_SPEC_MTP && eng_mtp_open(dir, st.rt, &st.mtp, &err)) {
+        serve_close(&st);
+        return cli_fail("serve: --spec mtp", &err);
+    }
+    eo.mtp = st.mtp;
     eo.spec.max_draft = (int32_t)f->spec_max_draft;
     eo.spec.adaptive = !f->spec_fixed;
     eo.spec.ngram_max = (int32_t)f->spec_ngram;
@@ -570,9 +578,10 @@ int cli_serve(int argc, char **argv)
          "compiled schemas/grammars kept for reuse by identical requests, least recently used "
          "evicted (default 64; 0 = off)",
          0},
-        {"spec", CLI_STR, &f.spec, "off|ngram|draft",
+        {"spec", CLI_STR, &f.spec, "off|ngram|draft|mtp",
          "speculative decoding by default (per request: \"speculative\"); ngram drafts from the "
-         "prompt and output, draft from --draft-model; never changes the output (default off, "
+         "prompt and output, draft from --draft-model, mtp from the model's own "
+         "multi-token-prediction head (Qwen3.5 mtp.*); never changes the output (default off, "
          "draft with --draft-model)",
          0},
         {"draft-model", CLI_STR, &f.draft_model, "DIR|REPO",
