@@ -64,7 +64,7 @@ kiln_code eng_mtp_open(const char *dir, eng_runtime *target, eng_mtp **out, kiln
         return rc;
     }
     mdl_ctx_set_hidden_out(m->cx, m->tap, m->max_tokens);
-    m->info.weights_bytes = mdl_get_info(m->m).weights_bytes;
+    m->info.weights_bytes = mdl_mtp_own_bytes(m->m);
     m->info.kv_bytes = kv_pool_get_stats(m->kv).bytes;
     KLOG_INFO("spec", "mtp head of %s: kv_blocks=%d kv_bytes=%llu", dir, (int)target->o.n_blocks,
               (unsigned long long)m->info.kv_bytes);
@@ -219,6 +219,37 @@ kiln_code eng_mtp_draft(eng_mtp *m, eng_mtp_row **rows, const int32_t *at, const
     if (rc)
         for (int32_t i = 0; i < n; i++)
             n_out[i] = 0;
+    return rc;
+}
+
+kiln_code eng_mtp_cost_of(const char *dir, const eng_runtime_opts *t, eng_draft_cost *out,
+                          kiln_err *err)
+{
+    memset(out, 0, sizeof *out);
+    mdl_model *m = NULL;
+    kv_pool *kv = NULL;
+    kv_format fmt;
+    kv_layout l;
+    kiln_code rc = mdl_load_mtp(dir, &m, err);
+    if (!rc) rc = mdl_kv_layout(mdl_get_plan(m), 0, &l, err);
+    if (!rc) rc = kv_format_init_dims(&fmt, KV_QUANT_OFF, 0, 0, l.n_layers, l.head_dim, err);
+    if (!rc) { /* a one-block pool: the bytes of a block as eng_mtp_open's pool has them */
+        kv_pool_config kc = {.n_blocks = 1, .block_tokens = t->block_tokens, .fmt = &fmt,
+                             .max_chunk = t->max_step_tokens, .layout = &l};
+        rc = kv_pool_create(&kc, &kv, err);
+    }
+    if (!rc) {
+        uint64_t H = (uint64_t)mdl_get_plan(m)->hidden, V = (uint64_t)mdl_vocab(m);
+        uint64_t T = (uint64_t)t->max_step_tokens, S = (uint64_t)t->max_seqs;
+        out->weights_bytes = mdl_mtp_own_bytes(m);
+        out->fixed_bytes = out->weights_bytes +
+                           mdl_scratch_bytes(mdl_get_plan(m), t->n_threads, t->max_step_tokens,
+                                             t->max_seqs, t->ctx, NULL) +
+                           2 * T * H * sizeof(float) + S * V * sizeof(float);
+        out->block_bytes = kv_pool_get_stats(kv).bytes;
+    }
+    kv_pool_destroy(kv);
+    mdl_free(m);
     return rc;
 }
 

@@ -29,6 +29,7 @@
 
 #include <stdint.h>
 
+#include "engine/eng_draft.h"
 #include "engine/eng_runtime.h"
 
 typedef struct eng_mtp eng_mtp;
@@ -76,6 +77,13 @@ kiln_code eng_mtp_feed(eng_mtp *m, eng_mtp_feed_job *jobs, int32_t n, kiln_err *
  * target's verified length) in max(k) - 1 batched passes after d1. */
 kiln_code eng_mtp_draft(eng_mtp *m, eng_mtp_row **rows, const int32_t *at, const int32_t *k,
                         int32_t *out, int32_t *n_out, int32_t n, kiln_err *err);
-eng_mtp_info eng_mtp_get_info(const eng_mtp *m);
+eng_mtp_info eng_mtp_get_info(const eng_mtp *m); /* weights_bytes: the head's own */
+/* What the head of dir costs a target with resolved options `target` (for
+ * --memory-budget, like a draft model: eng_draft_cost): fixed bytes (its own
+ * weights, step scratch, its and the target's hidden-state taps, logits) and
+ * the bytes of one block of its one-layer pool (one block per target block).
+ * Maps the head's weights to size them (reads none but its norms). */
+kiln_code eng_mtp_cost_of(const char *dir, const eng_runtime_opts *target, eng_draft_cost *out,
+                          kiln_err *err);
 
 #endif

@@ -329,10 +329,18 @@ static void test_identity_mtp_head(void)
     ASSERT_TRUE(mi.fed > 0 && mi.drafted > 0 && mi.forwards > 0);
     eng_stats st = eng_get_stats(e);
     ASSERT_TRUE(st.spec_by[ENG_SPEC_MTP].drafted > 0);
+    /* the budget's view of the head is what it opened with: its own weights
+     * (not the shared embeddings) and one pool block per target block */
+    kiln_err err;
+    eng_draft_cost mc;
+    ASSERT_OK(eng_mtp_cost_of(hyb_dir, &rt->o, &mc, &err));
+    ASSERT_EQ_U64(mc.weights_bytes, mi.weights_bytes);
+    ASSERT_TRUE(mc.weights_bytes > 0 && mc.weights_bytes < mdl_get_info(rt->model).weights_bytes);
+    ASSERT_EQ_U64(mc.block_bytes * (uint64_t)rt->o.n_blocks, mi.kv_bytes);
+    ASSERT_TRUE(mc.fixed_bytes > mc.weights_bytes);
     stop_all(e);
     e = start(NULL, 0);
     ASSERT_TRUE(e != NULL);
-    kiln_err err;
     eng_params p = eng_params_default();
     p.prompt = prompt;
     p.n_prompt = 8;
