@@ -150,6 +150,11 @@ static int plan_memory(const serve_flags *f, const char *dir, const char *draft_
         eng_runtime_opts r = eng_runtime_resolve(cfg, o);
         if (eng_draft_cost_of(draft_dir, &r, &dc, &err)) return cli_fail("serve: --draft-model", &err);
     }
+    eng_draft_cost mc = {0};
+    if (f->spec && strcmp(f->spec, "mtp") == 0) { /* the model's own MTP head, as a drafter */
+        eng_runtime_opts r = eng_runtime_resolve(cfg, o);
+        if (eng_mtp_cost_of(dir, &r, &mc, &err)) return cli_fail("serve: --spec mtp", &err);
+    }
     wt_set *ws;
     if (wt_set_open(dir, &ws, &err)) return cli_fail("serve", &err);
     uint64_t weights = mdl_weights_used_bytes(cfg, ws);
@@ -160,8 +165,8 @@ static int plan_memory(const serve_flags *f, const char *dir, const char *draft_
     in.budget_bytes = (uint64_t)(f->memory_budget * 1e9);
     in.env_limit = f->env_limit;
     in.ctx_explicit = f->ctx > 0;
-    in.draft_fixed_bytes = dc.fixed_bytes;
-    in.draft_block_bytes = dc.block_bytes;
+    in.draft_fixed_bytes = dc.fixed_bytes + mc.fixed_bytes;
+    in.draft_block_bytes = dc.block_bytes + mc.block_bytes;
     /* the server's own memory: the Responses store and the requests' bodies and JSON */
     in.overhead_bytes = eng_admit_overhead_for_dir(
         dir, (uint64_t)sc->responses_store_bytes + sc->request_memory, base.o.max_seqs);
@@ -201,6 +206,7 @@ typedef struct {
     kv_ssd *ssd;
     cli_loras loras;
     eng_draft *draft;
+    eng_mtp *mtp;
 } serve_state;
 
 static void serve_close(serve_state *st)
@@ -217,6 +223,7 @@ static void serve_close(serve_state *st)
     eng_engine_stop(st->eng);
     cli_loras_free(&st->loras); /* after the engine: no request runs with them any more */
     eng_draft_close(st->draft); /* before the runtime: it runs on the target's threads */
+    eng_mtp_close(st->mtp);
     kv_ssd_close(st->ssd, 5.0);
     tok_destroy(st->tok);
     eng_runtime_close(st->rt);
@@ -336,6 +343,13 @@ static int serve_run(const serve_flags *f, const cli_flag *flags, int thinking, 
         serve_close(&st);
         return cli_fail("serve", &err);
     }
+    /* --spec mtp: the model's own MTP head (its weights, scratch and one-layer pool are in
+     * the plan like a draft model's: eng_mtp_cost_of) */
+    if (eo.spec.method == ENG_SPEC_MTP && eng_mtp_open(dir, st.rt, &st.mtp, &err)) {
+        serve_close(&st);
+        return cli_fail("serve: --spec mtp", &err);
+    }
+    eo.mtp = st.mtp;
     eo.spec.max_draft = (int32_t)f->spec_max_draft;
     eo.spec.adaptive = !f->spec_fixed;
     eo.spec.ngram_max = (int32_t)f->spec_ngram;
@@ -570,9 +584,10 @@ int cli_serve(int argc, char **argv)
          "compiled schemas/grammars kept for reuse by identical requests, least recently used "
          "evicted (default 64; 0 = off)",
          0},
-        {"spec", CLI_STR, &f.spec, "off|ngram|draft",
+        {"spec", CLI_STR, &f.spec, "off|ngram|draft|mtp",
          "speculative decoding by default (per request: \"speculative\"); ngram drafts from the "
-         "prompt and output, draft from --draft-model; never changes the output (default off, "
+         "prompt and output, draft from --draft-model, mtp from the model's own "
+         "multi-token-prediction head (Qwen3.5 mtp.*); never changes the output (default off, "
          "draft with --draft-model)",
          0},
         {"draft-model", CLI_STR, &f.draft_model, "DIR|REPO",

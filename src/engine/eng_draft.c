@@ -127,11 +127,6 @@ kiln_code eng_draft_open(const char *dir, eng_runtime *target, const tok_tokeniz
         rc = eng_draft_check_vocab(target_tok, mdl_vocab(target->model), tok,
                                    mdl_vocab(d->rt->model), err);
     tok_destroy(tok);
-    if (!rc && kv_pool_has_state(d->rt->kv))
-        rc = kiln_fail(err, KILN_E_INVALID,
-                       "draft model: %s has recurrent layers; draft models with recurrent state "
-                       "are not supported yet",
-                       dir);
     if (!rc) {
         d->items = calloc((size_t)d->rt->o.max_seqs, sizeof *d->items);
         d->job_of = calloc((size_t)d->rt->o.max_seqs, sizeof *d->job_of);

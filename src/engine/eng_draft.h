@@ -29,8 +29,9 @@
  * (docs/speculative.md) and the output never depends on the drafter.
  *
  * Errors: open refuses a vocabulary that differs from the target's (size, or
- * the bytes of any id; the message names the first mismatching id) and models
- * with recurrent state. A row whose draft KV does not fit the draft pool
+ * the bytes of any id; the message names the first mismatching id). A
+ * recurrent (hybrid) draft model's sequences roll back through its pool's
+ * snapshot + replay (eng_seq_truncate). A row whose draft KV does not fit the draft pool
  * drafts nothing this step (its draft KV is dropped, it catches up later).
  * Threads: engine thread only.
  */

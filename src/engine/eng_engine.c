@@ -82,6 +82,7 @@ struct eng_handle {
     eng_spec_row spec;
     int32_t spec_accepted, spec_rejected;
     eng_seq *dseq;         /* OWNED while running: the draft model's sequence (eng_draft.h) */
+    eng_mtp_row mtp;       /* OWNED: the MTP head's state of this row (eng_mtp.h) */
     double *pool;          /* OWNED [hidden]: embedding accumulator (p.pooling), engine thread */
 };
 
@@ -133,6 +134,11 @@ struct eng_engine {
     int32_t *dbuf;             /* OWNED [max_seqs x ENG_SPEC_MAX_DRAFT]: their tokens */
     int32_t *djob_item;        /* OWNED [max_seqs]: the step item of each job */
     struct eng_draft_pick *dpick; /* OWNED [max_seqs]: draft_pick's context per job */
+    eng_mtp_feed_job *mjobs;   /* OWNED [max_seqs] with an MTP head: this step's feeds */
+    eng_mtp_row **mrows;       /* OWNED [max_seqs]: this step's MTP drafting rows ... */
+    int32_t *mat, *mk, *mout, *mn, *mitem; /* OWNED: ... their verified length, length asked,
+                                  drafts [max_seqs x ENG_SEQ_MAX_DRAFT], count, step item */
+    double mtp_s_pos;          /* engine thread: EWMA seconds of one batched head pass */
 };
 
 /* ---------------------------------------------------------------- handles and events */
@@ -373,8 +379,12 @@ static kiln_code validate(const eng_engine *e, const eng_params *p, kiln_err *er
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0])
             return kiln_fail(err, KILN_E_INVALID, "stop strings must not be empty");
-    if (p->spec < ENG_SPEC_DEFAULT || p->spec > ENG_SPEC_DRAFT)
+    if (p->spec < ENG_SPEC_DEFAULT || p->spec > ENG_SPEC_MTP)
         return kiln_fail(err, KILN_E_INVALID, "unknown speculative method %d", (int)p->spec);
+    if (p->spec == ENG_SPEC_MTP && !e->o.mtp)
+        return kiln_fail(err, KILN_E_INVALID,
+                         "speculative method \"mtp\" needs the model's MTP head (kiln serve "
+                         "--spec mtp)");
     if (p->spec == ENG_SPEC_DRAFT && !e->o.draft)
         return kiln_fail(err, KILN_E_INVALID,
                          "speculative method \"draft\" needs a draft model (kiln serve "
@@ -579,6 +589,7 @@ static void req_finish(eng_engine *e, eng_handle *h, eng_finish why, const char 
         eng_seq_free(h->seq, e->rt->kv);
         h->seq = NULL;
     }
+    if (e->o.mtp) eng_mtp_row_free(e->o.mtp, &h->mtp);
     if (h->dseq) {
         eng_draft_seq_free(e->o.draft, h->dseq);
         h->dseq = NULL;
@@ -750,6 +761,12 @@ static int32_t blocks_for(const eng_engine *e, int32_t tokens)
 
 static int ckpt_resume(eng_engine *e, eng_handle *h);
 
+/* 1 when the MTP head follows h (it drafts with it): its steps tap the hidden state. */
+static int mtp_follows(const eng_engine *e, const eng_handle *h)
+{
+    return e->o.mtp && h->spec_max > 0 && h->spec_method == ENG_SPEC_MTP;
+}
+
 /* At first admission: whether and how far this request drafts (embeddings
  * never sample). Constrained rows draft what their grammar allows. Models
  * with recurrent state draft too: the drafts' step keeps the state after
@@ -759,7 +776,9 @@ static void spec_setup(eng_engine *e, eng_handle *h)
 {
     eng_spec_method m = h->p.spec == ENG_SPEC_DEFAULT ? e->o.spec.method : h->p.spec;
     h->spec_max = 0;
-    if ((m != ENG_SPEC_NGRAM && (m != ENG_SPEC_DRAFT || !e->o.draft)) || h->p.pooling)
+    if ((m != ENG_SPEC_NGRAM && (m != ENG_SPEC_DRAFT || !e->o.draft) &&
+         (m != ENG_SPEC_MTP || !e->o.mtp)) ||
+        h->p.pooling)
         return;
     h->spec_method = m;
     h->spec_max = h->p.spec_max_draft > 0 ? h->p.spec_max_draft : e->o.spec.max_draft;
@@ -870,6 +889,8 @@ static int engine_preempt(eng_engine *e, const eng_handle *keep)
         if (h == keep) continue;
         eng_seq_drop_kv(h->seq, e->rt->kv);
         if (h->dseq) eng_draft_seq_drop(e->o.draft, h->dseq); /* recomputed when it drafts again */
+        if (e->o.mtp) eng_mtp_row_free(e->o.mtp, &h->mtp); /* starts over where the target
+                                                               recomputes */
         if (h->pool) eng_pool_init(h->p.pooling, h->pool, mdl_config(e->rt->model)->hidden); /* (4) */
         running_remove(e, i);
         pthread_mutex_lock(&e->mu);
@@ -991,6 +1012,7 @@ static void spec_plan(eng_engine *e, int32_t n)
     double work = (double)T, t0 = 0;
     const wt_config *c = mdl_config(e->rt->model);
     int32_t buf[ENG_SPEC_MAX_DRAFT], dlong = 0; /* dlong: the longest draft-model job so far */
+    int32_t nm = 0, mlong = 0; /* MTP rows of the step, the longest */
     for (int32_t k = 0; k < n; k++) {
         eng_handle *h = e->owners[k];
         eng_seq *s = h->seq;
@@ -1032,6 +1054,27 @@ static void spec_plan(eng_engine *e, int32_t n)
             work += h->spec.rate * kmax;
             continue;
         }
+        if (h->spec_method == ENG_SPEC_MTP) {
+            /* the head proposes kmax from its state after the last verified position,
+             * in kmax - 1 batched passes after the first: priced like a draft model's */
+            double extra = kmax > mlong ? (double)(kmax - mlong) * e->mtp_s_pos : 0;
+            if (e->o.spec.adaptive && !eng_spec_pays_with(&e->spec_cost, e->s_per_token, T, work,
+                                                          kmax, h->spec.rate * kmax, extra)) {
+                eng_spec_row_skipped(&h->spec);
+                e->spec_acc.skipped_cost++;
+                e->spec_acc_m[ENG_SPEC_MTP].skipped_cost++;
+                continue;
+            }
+            e->mrows[nm] = &h->mtp;
+            e->mat[nm] = s->n_cached;
+            e->mk[nm] = kmax;
+            e->mitem[nm++] = k;
+            if (kmax > mlong) mlong = kmax;
+            T += kmax;
+            rows += kmax;
+            work += h->spec.rate * kmax;
+            continue;
+        }
         int32_t d = eng_spec_ngram_draft(s->tokens, n0, e->o.spec.ngram_min, e->o.spec.ngram_max,
                                          kmax, buf);
         /* draft tokens checked against the grammar: only what it allows is verified */
@@ -1069,6 +1112,25 @@ static void spec_plan(eng_engine *e, int32_t n)
             if (d > 0 && h->gs) d = eng_gstate_draft_prefix(h->gs, j->out, d, h->ends, h->n_ends);
             if (d > 0) d = spec_take(e, e->djob_item[i], j->out, d);
             if (d < 1) eng_draft_rollback(e->o.draft, h->dseq, h->seq->n_tokens);
+        }
+    }
+    if (nm) { /* every MTP row of the step in one batched drafting run */
+        kiln_err err;
+        double tm = plat_now();
+        kiln_code mrc = eng_mtp_draft(e->o.mtp, e->mrows, e->mat, e->mk, e->mout, e->mn, nm, &err);
+        if (!mrc && mlong > 1) {
+            double r = (plat_now() - tm) / (double)(mlong - 1);
+            e->mtp_s_pos = e->mtp_s_pos > 0 ? 0.7 * e->mtp_s_pos + 0.3 * r : r;
+        }
+        if (mrc != KILN_OK) {
+            KLOG_WARN("spec", "MTP head failed, this step verifies no MTP draft: %s", err.msg);
+            nm = 0;
+        }
+        for (int32_t i = 0; i < nm; i++) {
+            eng_handle *h = e->owners[e->mitem[i]];
+            int32_t d = e->mn[i], *mb = e->mout + (size_t)i * ENG_SEQ_MAX_DRAFT;
+            if (d > 0 && h->gs) d = eng_gstate_draft_prefix(h->gs, mb, d, h->ends, h->n_ends);
+            if (d > 0) spec_take(e, e->mitem[i], mb, d);
         }
     }
     if (t0) e->spec_acc.draft_s += plat_now() - t0;
@@ -1249,12 +1311,17 @@ static void engine_step(eng_engine *e)
         if (e->owners[k]->gs && e->items[k].max_tokens == eng_seq_pending(e->items[k].seq))
             e->gjobs[ng++] = e->owners[k]->gs;
     if (ng) eng_gmask_begin(e->gm, e->gjobs, ng);
-    int pooled = 0; /* (4) the tap is on only for steps with an embedding request */
-    for (int32_t k = 0; k < n && !pooled; k++) pooled = e->owners[k]->p.pooling != ENG_POOL_NONE;
+    /* (4) the tap is on only for steps with an embedding request or a row the
+     * MTP head follows (it reads the target's hidden state at every position) */
+    int pooled = 0;
+    for (int32_t k = 0; k < n && !pooled; k++)
+        pooled = e->owners[k]->p.pooling != ENG_POOL_NONE || mtp_follows(e, e->owners[k]);
     if (pooled) mdl_ctx_set_hidden_out(e->rt->cx, e->hidden, e->hidden_rows);
     kiln_code rc = eng_step_run(e->rt->cx, e->rt->kv, e->items, n, e->ns, e->rt->logits,
                                  e->rt->logit_rows, &err);
     if (pooled) mdl_ctx_set_hidden_out(e->rt->cx, NULL, 0);
+    int32_t nf = 0; /* MTP feeds: rows still running after their tokens are handled */
+    int64_t Hd = mdl_config(e->rt->model)->hidden;
     if (ng) eng_gmask_end(e->gm);
     int64_t vocab = mdl_vocab(e->rt->model);
     int32_t row = 0, toks = 0, spec_rows = 0;
@@ -1263,6 +1330,16 @@ static void engine_step(eng_engine *e)
         int32_t hrow = toks; /* this item's first row in the tap */
         toks += e->items[k].n_run;
         h->n_steps++;
+        int32_t p0 = e->items[k].seq->n_cached - e->items[k].n_run; /* its first position */
+        int feed = !rc && mtp_follows(e, h);
+#define MTP_FEED()                                                                                 \
+    do {                                                                                           \
+        if (feed && h->seq->n_cached > p0)                                                         \
+            e->mjobs[nf++] = (eng_mtp_feed_job){.row = &h->mtp, .toks = h->seq->tokens,           \
+                                                .n_toks = h->seq->n_tokens, .p0 = p0,             \
+                                                .n = h->seq->n_cached - p0,                       \
+                                                .hidden = e->hidden + (size_t)hrow * (size_t)Hd}; \
+    } while (0)
         if (rc) {
             for (int32_t i = 0; i < e->n_running; i++)
                 if (e->running[i] == h) running_remove(e, i);
@@ -1274,7 +1351,10 @@ static void engine_step(eng_engine *e)
             embed_rows(e, h, hrow, e->items[k].n_run);
             continue;
         }
-        if (e->items[k].n_logits == 0) continue;
+        if (e->items[k].n_logits == 0) {
+            MTP_FEED(); /* a prefill chunk: its positions' next tokens are the prompt's */
+            continue;
+        }
         float *lg = e->rt->logits + (size_t)row * (size_t)vocab;
         row += e->items[k].n_logits;
         eng_sample_out so;
@@ -1284,7 +1364,11 @@ static void engine_step(eng_engine *e)
         uint64_t proj = h->kv_proj;
         if (h->spec.pending) {
             spec_rows++;
-            if (spec_verify(e, h, lg) && at >= 0) running_drop(e, at, proj); /* h may be gone */
+            if (spec_verify(e, h, lg)) {
+                if (at >= 0) running_drop(e, at, proj); /* h may be gone */
+            } else {
+                MTP_FEED(); /* the verified positions: the last one and the accepted drafts */
+            }
             continue;
         }
         int32_t tok;
@@ -1305,7 +1389,17 @@ static void engine_step(eng_engine *e)
             }
         }
         if ((so.n_nan || tok < 0) && sample_degenerate(e, h, tok, &so)) continue; /* h is gone */
-        if (req_token(e, h, tok, &so) && at >= 0) running_drop(e, at, proj); /* h may be gone */
+        if (req_token(e, h, tok, &so)) {
+            if (at >= 0) running_drop(e, at, proj); /* h may be gone */
+        } else {
+            MTP_FEED();
+        }
+#undef MTP_FEED
+    }
+    if (nf) {
+        kiln_err merr;
+        if (eng_mtp_feed(e->o.mtp, e->mjobs, nf, &merr) != KILN_OK)
+            KLOG_WARN("spec", "MTP head: a feed failed, its rows start over: %s", merr.msg);
     }
     double dt = plat_now() - t0;
     if (!rc && toks >= ENG_MIN_PREFILL_SLICE) {
@@ -1552,6 +1646,30 @@ kiln_code eng_engine_start(eng_runtime *rt, const tok_tokenizer *tok, const eng_
         eng_engine_stop(e);
         return kiln_fail(err, KILN_E_INVALID, "--spec draft needs a draft model (--draft-model DIR)");
     }
+    if (e->o.spec.method == ENG_SPEC_MTP && !e->o.mtp) {
+        eng_engine_stop(e);
+        return kiln_fail(err, KILN_E_INVALID, "--spec mtp needs the model's MTP head (mtp.*)");
+    }
+    if (e->o.mtp) { /* its feeds and drafts, and the target's hidden-state tap */
+        size_t ms = (size_t)rt->o.max_seqs;
+        int64_t H = mdl_config(rt->model)->hidden;
+        e->mjobs = calloc(ms, sizeof *e->mjobs);
+        e->mrows = calloc(ms, sizeof *e->mrows);
+        e->mat = calloc(ms, sizeof *e->mat);
+        e->mk = calloc(ms, sizeof *e->mk);
+        e->mn = calloc(ms, sizeof *e->mn);
+        e->mitem = calloc(ms, sizeof *e->mitem);
+        e->mout = calloc(ms * ENG_SEQ_MAX_DRAFT, sizeof *e->mout);
+        if (!e->hidden) {
+            e->hidden_rows = rt->o.max_step_tokens;
+            e->hidden = malloc(sizeof(float) * (size_t)e->hidden_rows * (size_t)H);
+        }
+        if (!e->mjobs || !e->mrows || !e->mat || !e->mk || !e->mn || !e->mitem || !e->mout ||
+            !e->hidden) {
+            eng_engine_stop(e);
+            return kiln_fail(err, KILN_E_NOMEM, "engine: out of memory");
+        }
+    }
     if (e->o.draft) {
         const eng_runtime *drt = eng_draft_runtime(e->o.draft);
         if (drt->o.max_seqs < rt->o.max_seqs || drt->o.ctx < rt->o.ctx ||
@@ -1643,6 +1761,13 @@ void eng_engine_stop(eng_engine *e)
     free(e->owners);
     free(e->gjobs);
     free(e->djobs);
+    free(e->mjobs);
+    free(e->mrows);
+    free(e->mat);
+    free(e->mk);
+    free(e->mn);
+    free(e->mitem);
+    free(e->mout);
     free(e->dbuf);
     free(e->djob_item);
     free(e->dpick);

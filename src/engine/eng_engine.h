@@ -34,6 +34,7 @@
 #include "engine/eng_runtime.h"
 #include "engine/eng_sample.h"
 #include "engine/eng_draft.h"
+#include "engine/eng_mtp.h"
 #include "engine/eng_spec.h"
 #include "engine/eng_ssd.h"
 #include "tokenizer/tok.h"
@@ -144,6 +145,8 @@ typedef struct {
     eng_spec_opts spec;       /* speculative decoding defaults (eng_spec_opts_default: off) */
     eng_draft *draft;         /* BORROWED, NULL = none: the draft model (--draft-model) that
                                  ENG_SPEC_DRAFT rows draft with; must outlive the engine */
+    eng_mtp *mtp;             /* BORROWED, NULL = none: the model's MTP head (--spec mtp) that
+                                 ENG_SPEC_MTP rows draft with; must outlive the engine */
 } eng_engine_opts;
 
 typedef struct {

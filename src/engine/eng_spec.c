@@ -15,8 +15,9 @@ eng_spec_opts eng_spec_opts_default(void)
 
 kiln_code eng_spec_opts_validate(const eng_spec_opts *o, kiln_err *err)
 {
-    if (o->method != ENG_SPEC_OFF && o->method != ENG_SPEC_NGRAM && o->method != ENG_SPEC_DRAFT)
-        return kiln_fail(err, KILN_E_INVALID, "speculative method must be off, ngram or draft");
+    if (o->method != ENG_SPEC_OFF && o->method != ENG_SPEC_NGRAM && o->method != ENG_SPEC_DRAFT &&
+        o->method != ENG_SPEC_MTP)
+        return kiln_fail(err, KILN_E_INVALID, "speculative method must be off, ngram, draft or mtp");
     if (o->max_draft < 1 || o->max_draft > ENG_SPEC_MAX_DRAFT)
         return kiln_fail(err, KILN_E_INVALID, "--spec-max-draft must be in 1..%d, got %d",
                          ENG_SPEC_MAX_DRAFT, (int)o->max_draft);
@@ -36,6 +37,8 @@ const char *eng_spec_method_name(eng_spec_method m)
         return "ngram";
     case ENG_SPEC_DRAFT:
         return "draft";
+    case ENG_SPEC_MTP:
+        return "mtp";
     default:
         return "default";
     }
@@ -49,9 +52,11 @@ kiln_code eng_spec_method_parse(const char *s, eng_spec_method *out, kiln_err *e
         *out = ENG_SPEC_NGRAM;
     else if (strcmp(s, "draft") == 0 || strcmp(s, "draft_model") == 0)
         *out = ENG_SPEC_DRAFT;
+    else if (strcmp(s, "mtp") == 0)
+        *out = ENG_SPEC_MTP;
     else
         return kiln_fail(err, KILN_E_INVALID,
-                         "unknown speculative method \"%.40s\" (off, ngram or draft)", s);
+                         "unknown speculative method \"%.40s\" (off, ngram, draft or mtp)", s);
     return KILN_OK;
 }
 

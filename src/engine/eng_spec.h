@@ -30,8 +30,9 @@ typedef enum {
     ENG_SPEC_OFF,
     ENG_SPEC_NGRAM, /* prompt lookup: the sequence's own prompt and output */
     ENG_SPEC_DRAFT, /* a draft model (eng_draft.h, --draft-model) */
+    ENG_SPEC_MTP,   /* the model's multi-token-prediction head (eng_mtp.h, --spec mtp) */
 } eng_spec_method;
-#define ENG_SPEC_METHODS 4 /* array size for counters indexed by method */
+#define ENG_SPEC_METHODS 5 /* array size for counters indexed by method */
 
 typedef struct {
     eng_spec_method method; /* server default: OFF, NGRAM or DRAFT (DRAFT needs a draft model) */

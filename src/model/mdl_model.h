@@ -85,6 +85,9 @@ void mdl_free(mdl_model *m); /* NULL is a no-op */
  * *out is new: mdl_free. */
 kiln_code mdl_load_mtp(const char *dir, mdl_model **out, kiln_err *err);
 int mdl_is_mtp(const mdl_model *m); /* 1 for a model from mdl_load_mtp */
+/* An MTP head's own weights (fc, its layer, norms), without the embeddings
+ * and lm_head it shares with the model. */
+uint64_t mdl_mtp_own_bytes(const mdl_model *m);
 const wt_config *mdl_config(const mdl_model *m);
 int64_t mdl_vocab(const mdl_model *m);
 mdl_info mdl_get_info(const mdl_model *m);

@@ -67,6 +67,13 @@ kiln_code mdl_mtp_load(mdl_model *m, kiln_err *err)
     return rc;
 }
 
+uint64_t mdl_mtp_own_bytes(const mdl_model *m)
+{
+    uint64_t b = m->info.weights_bytes - kn_mat_bytes(&m->embed);
+    if (!m->cfg.tie_word_embeddings) b -= kn_mat_bytes(&m->lm_head);
+    return b;
+}
+
 /* The head's input rows: s->x holds the embeddings of the step's tokens; each
  * row and its hidden_in row are normed into [T, 2H] (FFN scratch s->g), and
  * fc maps them back into s->x. Row by row, so a row's bits do not depend on

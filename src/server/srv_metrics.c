@@ -181,7 +181,7 @@ int srv_metrics_render(srv_metrics *m, const eng_stats *st, double uptime_s, srv
         {"kiln_spec_verifications_total", "Row verifications (a row with drafts in a step).",
          offsetof(eng_spec_stats, rows)},
     };
-    static const eng_spec_method methods[] = {ENG_SPEC_NGRAM, ENG_SPEC_DRAFT};
+    static const eng_spec_method methods[] = {ENG_SPEC_NGRAM, ENG_SPEC_DRAFT, ENG_SPEC_MTP};
     for (size_t i = 0; i < sizeof series / sizeof *series; i++) {
         rc |= put(b, "# HELP %s %s\n# TYPE %s counter\n", series[i].name, series[i].help,
                   series[i].name);

@@ -221,7 +221,7 @@ int srv_route_stats(srv_server *s, json_t **body)
                       sp->draft_s, "verify_s", sp->verify_s));
         json_t *spj = json_object_get(ej, "speculative");
         json_t *bym = spj ? json_object() : NULL;
-        static const eng_spec_method ms[] = {ENG_SPEC_NGRAM, ENG_SPEC_DRAFT};
+        static const eng_spec_method ms[] = {ENG_SPEC_NGRAM, ENG_SPEC_DRAFT, ENG_SPEC_MTP};
         for (size_t m = 0; bym && m < sizeof ms / sizeof *ms; m++) {
             const eng_spec_stats *b = &st.spec_by[ms[m]];
             json_object_set_new(

@@ -5,7 +5,8 @@
 # cache, a repeated 20-token prompt hits, a conversation resumes turn by turn,
 # memory goes back to baseline (also under --kv-quant 8 with the SSD tier, and
 # after its restart); kill -9 mid-generation with
-# --generation-checkpoint and the retry resumes with the same text, and the
+# --generation-checkpoint and the retry resumes with the same text (also while
+# drafting), --spec mtp answers as a plain server, and the
 # prefix survives a restart through the SSD tier.
 . "$(dirname "$0")/lib.sh"
 e2e_need node
@@ -83,4 +84,18 @@ check "after a restart the prompt hits from disk (cached $(j "$warm" "['cached']
 check "and serves the same text" same_text "$cold" "$warm"
 check "nothing quarantined" [ "$(curl -s "$S_URL/stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['ssd_cache']['quarantined'])")" = 0 ]
 e2e_stop "$S_PID"
+
+# --spec mtp: the model's own multi-token-prediction head drafts (every step,
+# --spec-fixed); greedy and seeded answers equal a plain server's
+e2e_server M --model "$MODEL" --ctx 1024 --batch 4 --spec mtp --spec-fixed || exit 1
+e2e_server P --model "$MODEL" --ctx 1024 --batch 4 || exit 1
+for a in '{"ignore_eos":true}' '{"temperature":0.8,"seed":7,"ignore_eos":true}'; do
+  mt=$($PY "$REQ" "$M_URL" -5 60 "$a")
+  pt=$($PY "$REQ" "$P_URL" -5 60 "$a")
+  check "--spec mtp: $a answers as the plain server" same_text "$pt" "$mt"
+done
+mstat=$(curl -s "$M_URL/stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['engine']['speculative']['by_method']['mtp']['drafted'])")
+check "--spec mtp: the head drafted ($mstat tokens, /stats by_method.mtp)" [ "$mstat" -gt 0 ]
+e2e_stop "$M_PID"
+e2e_stop "$P_PID"
 e2e_done

@@ -7,15 +7,23 @@
  * (hidden at p, token p + 1) with its own paged K/V, and its logits at every
  * position are within 1e-3 of the reference — portable and AVX2 kernels;
  * bitwise the same in one step, in uneven chunks and beside another
- * sequence. A snapshot without a head (mlx layout) and other architectures
- * are refused with their codes; a step without hidden rows is refused.
+ * sequence; the same with the snapshot 4-bit quantized by kiln quantize
+ * (wt_quantize_snapshot keeps mtp.*, affine-quantizing the head's linears),
+ * against the reference run on the quantized files. A snapshot without a
+ * head (mlx layout) and other architectures are refused with their codes; a
+ * step without hidden rows is refused. The drafter (eng_mtp.c) fed the same
+ * hidden rows in two uneven feeds drafts first the head's own argmax at the
+ * last position (the logits above), keeps only verified positions after
+ * drafting, drafts the same again, and starts over after a gap.
  */
+#include "engine/eng_mtp.h"
 #include "test_model.h"
+#include "weights/wt_quantize.h"
 
 #define N 24
 #define BT 8
 
-static char dir_hf[512], dir_mlx[512], dir_llama[512];
+static char dir_hf[512], dir_mlx[512], dir_llama[512], dir_q4[512];
 
 static int make_model(char *d, size_t n, const char *name, const char *args)
 {
@@ -121,8 +129,9 @@ static kiln_code head_run(head *h, const float *hidden, const int32_t *chunks, i
     return rc;
 }
 
-static void check_against_reference(const char *isa)
+static void check_against_reference(const char *dir, const char *isa)
 {
+    const char *dir_hf = dir; /* the snapshot under test */
     kiln_err err;
     eng_runtime *rt = tm_open(dir_hf, 128, 2, 2, isa, &err);
     if (!rt) TEST_FAIL_("%s", err.msg);
@@ -191,12 +200,100 @@ static void check_against_reference(const char *isa)
 
 static void test_head_matches_float64_ref_kernels(void)
 {
-    check_against_reference("ref");
+    check_against_reference(dir_hf, "ref");
 }
 
 static void test_head_matches_float64_avx2(void)
 {
-    check_against_reference(NULL);
+    check_against_reference(dir_hf, NULL);
+}
+
+/* kiln quantize keeps the head (its linears 4-bit g32): it loads, and its
+ * logits match the reference computed from the same quantized files. */
+static void test_quantized_head_matches_float64(void)
+{
+    kiln_err err;
+    snprintf(dir_q4, sizeof dir_q4, "%s/test-models/golden-mtp-q4", KILN_BINARY_DIR);
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir_q4);
+    if (access(cfg, R_OK) != 0) ASSERT_OK(wt_quantize_snapshot(dir_hf, dir_q4, 4, 32, &err));
+    mdl_model *m = NULL;
+    ASSERT_OK(mdl_load_mtp(dir_q4, &m, &err));
+    ASSERT_TRUE(strstr(mdl_get_info(m).quant_desc, "4-bit") != NULL);
+    mdl_free(m);
+    check_against_reference(dir_q4, NULL);
+}
+
+static int32_t argmax_row(const float *r, int64_t n)
+{
+    int32_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (r[i] > r[b]) b = (int32_t)i;
+    return b;
+}
+
+static void test_drafter_follows_the_head(void)
+{
+    kiln_err err;
+    eng_runtime *rt = tm_open(dir_hf, 128, 2, 2, NULL, &err);
+    if (!rt) TEST_FAIL_("%s", err.msg);
+    float *hidden = target_hidden(rt, &err);
+    if (!hidden) TEST_FAIL_("%s", err.msg);
+    head h;
+    if (head_open(dir_hf, rt->pool, &h, &err)) TEST_FAIL_("%s", err.msg);
+    int64_t V = mdl_vocab(h.m), H = mdl_get_plan(h.m)->hidden;
+    float *whole = malloc(sizeof(float) * (size_t)(N - 1) * (size_t)V);
+    static const int32_t one[] = {0};
+    ASSERT_OK(head_run(&h, hidden, one, 1, whole, &err));
+    int32_t want = argmax_row(whole + (size_t)(N - 2) * (size_t)V, V);
+    eng_mtp *m;
+    ASSERT_OK(eng_mtp_open(dir_hf, rt, &m, &err));
+    eng_mtp_row row;
+    memset(&row, 0, sizeof row);
+    eng_mtp_feed_job jobs[1] = {{.row = &row, .toks = IDS, .n_toks = N, .p0 = 0, .n = 9,
+                                 .hidden = hidden}};
+    ASSERT_OK(eng_mtp_feed(m, jobs, 1, &err));
+    ASSERT_EQ_I64(row.next, 9);
+    ASSERT_EQ_I64(row.d1, argmax_row(whole + (size_t)8 * (size_t)V, V));
+    jobs[0] = (eng_mtp_feed_job){.row = &row, .toks = IDS, .n_toks = N, .p0 = 9, .n = N - 1 - 9,
+                                 .hidden = hidden + 9 * H};
+    ASSERT_OK(eng_mtp_feed(m, jobs, 1, &err));
+    ASSERT_EQ_I64(row.next, N - 1);
+    ASSERT_EQ_I64(row.d1, want); /* fed in two pieces: the head's own prediction */
+    int32_t d1 = row.d1;
+    eng_mtp_row *rows[1] = {&row};
+    int32_t at[1] = {N - 1}, k[1] = {3}, out[ENG_SEQ_MAX_DRAFT], out2[ENG_SEQ_MAX_DRAFT], n_out[1];
+    ASSERT_OK(eng_mtp_draft(m, rows, at, k, out, n_out, 1, &err));
+    ASSERT_EQ_I64(n_out[0], 3);
+    ASSERT_EQ_I64(out[0], d1);
+    ASSERT_EQ_I64(row.seq->n_tokens, N - 1); /* only verified positions stay */
+    ASSERT_EQ_I64(row.seq->n_cached, N - 1);
+    at[0] = N; /* the head is not where the target is: no draft */
+    row.d1 = d1;
+    ASSERT_OK(eng_mtp_draft(m, rows, at, k, out2, n_out, 1, &err));
+    ASSERT_EQ_I64(n_out[0], 0);
+    /* the same feed again from scratch drafts the same tokens */
+    eng_mtp_row_free(m, &row);
+    jobs[0] = (eng_mtp_feed_job){.row = &row, .toks = IDS, .n_toks = N, .p0 = 0, .n = N - 1,
+                                 .hidden = hidden};
+    ASSERT_OK(eng_mtp_feed(m, jobs, 1, &err));
+    at[0] = N - 1;
+    ASSERT_OK(eng_mtp_draft(m, rows, at, k, out2, n_out, 1, &err));
+    ASSERT_EQ_I64(n_out[0], 3);
+    ASSERT_TRUE(memcmp(out, out2, 3 * sizeof(int32_t)) == 0);
+    /* a gap (positions the head has no hidden state for): it starts over there */
+    jobs[0] = (eng_mtp_feed_job){.row = &row, .toks = IDS, .n_toks = N, .p0 = 20, .n = 2,
+                                 .hidden = hidden + 20 * H};
+    ASSERT_OK(eng_mtp_feed(m, jobs, 1, &err));
+    ASSERT_EQ_I64(eng_mtp_get_info(m).restarts, 1);
+    ASSERT_EQ_I64(row.start, 20);
+    ASSERT_EQ_I64(row.next, 22);
+    eng_mtp_row_free(m, &row);
+    eng_mtp_close(m);
+    free(whole);
+    free(hidden);
+    head_close(&h);
+    eng_runtime_close(rt);
 }
 
 static void test_snapshots_without_a_head_are_refused(void)
@@ -219,6 +316,8 @@ int main(void)
     }
     RUN(test_head_matches_float64_ref_kernels);
     RUN(test_head_matches_float64_avx2);
+    RUN(test_quantized_head_matches_float64);
+    RUN(test_drafter_follows_the_head);
     RUN(test_snapshots_without_a_head_are_refused);
     return TEST_DONE();
 }

@@ -88,6 +88,8 @@ static int same(const collected *a, const collected *b)
 static eng_runtime *rt;
 static tok_tokenizer *tok;
 static eng_draft *draft;
+static eng_mtp *mtp;
+static int with_mtp; /* start(): open the target's MTP head too */
 
 /* state_blocks 0: the default pool */
 static eng_engine *start(const char *ddir, int32_t state_blocks)
@@ -110,7 +112,13 @@ static eng_engine *start(const char *ddir, int32_t state_blocks)
         fprintf(stderr, "draft: %s\n", err.msg);
         return NULL;
     }
+    mtp = NULL;
+    if (with_mtp && eng_mtp_open(hyb_dir, rt, &mtp, &err)) {
+        fprintf(stderr, "mtp: %s\n", err.msg);
+        return NULL;
+    }
     eng_engine_opts eo = eng_engine_opts_default();
+    eo.mtp = mtp;
     eo.max_queue = 64;
     eo.prefill_chunk = 16;
     eo.max_stall_s = 0;
@@ -127,11 +135,13 @@ static void stop_all(eng_engine *e)
 {
     eng_engine_stop(e);
     eng_draft_close(draft);
+    eng_mtp_close(mtp);
     eng_runtime_close(rt);
     tok_destroy(tok);
     rt = NULL;
     tok = NULL;
     draft = NULL;
+    mtp = NULL;
 }
 
 static void run_all(eng_engine *e, eng_params *ps, int n, int together, collected *out)
@@ -288,6 +298,59 @@ static void test_identity_draft_model(void)
     stop_all(e);
 }
 
+/* The target drafting for itself (a recurrent draft model: its draft
+ * sequences roll back through snapshot + replay): greedy rows accept every
+ * draft. */
+static void test_identity_self_draft(void)
+{
+    eng_engine *e = start(hyb_dir, 0);
+    ASSERT_TRUE(e != NULL);
+    int32_t acc, rej;
+    check_identity(e, ENG_SPEC_DRAFT, &acc, &rej);
+    ASSERT_TRUE(acc > 100);
+    ASSERT_EQ_I64(kv_pool_get_stats(eng_draft_runtime(draft)->kv).state.n_active, 0);
+    ASSERT_EQ_I64(kv_pool_get_stats(eng_draft_runtime(draft)->kv).n_active, 0);
+    stop_all(e);
+}
+
+/* The model's own MTP head drafts (mtp.*; eng_mtp.h): identity, drafts
+ * verified in every step, the head fed from the target's hidden states; a
+ * request for "mtp" on an engine without the head is refused. */
+static void test_identity_mtp_head(void)
+{
+    with_mtp = 1;
+    eng_engine *e = start(NULL, 0);
+    with_mtp = 0;
+    ASSERT_TRUE(e != NULL);
+    int32_t acc, rej;
+    check_identity(e, ENG_SPEC_MTP, &acc, &rej);
+    ASSERT_TRUE(acc + rej > 100); /* the head drafted */
+    eng_mtp_info mi = eng_mtp_get_info(mtp);
+    ASSERT_TRUE(mi.fed > 0 && mi.drafted > 0 && mi.forwards > 0);
+    eng_stats st = eng_get_stats(e);
+    ASSERT_TRUE(st.spec_by[ENG_SPEC_MTP].drafted > 0);
+    /* the budget's view of the head is what it opened with: its own weights
+     * (not the shared embeddings) and one pool block per target block */
+    kiln_err err;
+    eng_draft_cost mc;
+    ASSERT_OK(eng_mtp_cost_of(hyb_dir, &rt->o, &mc, &err));
+    ASSERT_EQ_U64(mc.weights_bytes, mi.weights_bytes);
+    ASSERT_TRUE(mc.weights_bytes > 0 && mc.weights_bytes < mdl_get_info(rt->model).weights_bytes);
+    ASSERT_EQ_U64(mc.block_bytes * (uint64_t)rt->o.n_blocks, mi.kv_bytes);
+    ASSERT_TRUE(mc.fixed_bytes > mc.weights_bytes);
+    stop_all(e);
+    e = start(NULL, 0);
+    ASSERT_TRUE(e != NULL);
+    eng_params p = eng_params_default();
+    p.prompt = prompt;
+    p.n_prompt = 8;
+    p.spec = ENG_SPEC_MTP;
+    eng_handle *h;
+    ASSERT_CODE(eng_submit(e, &p, &h, &err), KILN_E_INVALID);
+    ASSERT_TRUE(strstr(err.msg, "mtp") != NULL);
+    stop_all(e);
+}
+
 /* Few state blocks (2 per sequence are the running ones' own): the drafts'
  * per-position states take what is left, rows draft fewer tokens or none,
  * the output is still plain decoding's. */
@@ -383,6 +446,8 @@ int main(void)
     }
     RUN(test_identity_ngram);
     RUN(test_identity_draft_model);
+    RUN(test_identity_self_draft);
+    RUN(test_identity_mtp_head);
     RUN(test_identity_with_few_state_blocks);
     RUN(test_pool_counts_equal_a_plain_run);
     RUN(test_cancel_while_drafting_frees_everything);
