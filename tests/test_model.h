@@ -10,19 +10,29 @@
 #include "engine/eng_runtime.h"
 #include "test.h"
 
-/* Opens dir with a context big enough for n_ctx tokens, max_seqs sequences. */
-static inline eng_runtime *tm_open(const char *dir, int32_t n_ctx, int32_t max_seqs, int threads,
-                                   const char *isa, kiln_err *err)
+/* Opens dir with a context big enough for n_ctx tokens, max_seqs sequences;
+ * matmul: "exact", "int8" or NULL (the runtime's default, KN_MATMUL_DEFAULT). */
+static inline eng_runtime *tm_open_mode(const char *dir, int32_t n_ctx, int32_t max_seqs,
+                                        int threads, const char *isa, const char *matmul,
+                                        kiln_err *err)
 {
     eng_runtime_opts o = eng_runtime_opts_default();
     o.ctx = n_ctx;
     o.max_seqs = max_seqs;
     o.n_threads = threads;
     o.isa = isa;
+    o.matmul = matmul;
     o.block_tokens = 8; /* small blocks: many block boundaries in short tests */
     eng_runtime *rt = NULL;
     if (eng_runtime_open(dir, &o, &rt, err) != KILN_OK) return NULL;
     return rt;
+}
+
+/* tm_open_mode in the default matmul mode. */
+static inline eng_runtime *tm_open(const char *dir, int32_t n_ctx, int32_t max_seqs, int threads,
+                                   const char *isa, kiln_err *err)
+{
+    return tm_open_mode(dir, n_ctx, max_seqs, threads, isa, NULL, err);
 }
 
 /* Feeds ids[0..n) from an empty cache in chunks of `chunk` tokens (0 = one step),

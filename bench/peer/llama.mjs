@@ -2,6 +2,7 @@
 //
 //   node llama.mjs bench  --model F.gguf [--threads 2] [--prompt-tokens 512] [--gen-tokens 128]
 //   node llama.mjs greedy --model F.gguf --tokens 1,2,3 [--n 8] [--probs] [--threads 2]
+//   node llama.mjs logprobs --model F.gguf --tokens 1,2,3 --out F.f32 [--threads 2]
 //   node llama.mjs info
 //
 // bench: one JSON line. The prompt is the same pseudo-random token sequence `kiln bench` uses
@@ -15,10 +16,15 @@
 // greedy: the first n greedy tokens after the prompt; with --probs also every step's full
 // log-probability row (log of node-llama-cpp's probabilities, temperature 0 = plain softmax).
 //
+// logprobs: teacher-forced, one controlledEvaluate batch over --tokens with the full
+// probability row after every position (temperature 0 = plain softmax of llama.cpp's logits);
+// writes log p as little-endian float32 [tokens, vocab] to --out (-Infinity where p is 0)
+// (bench/peer/accuracy compares it with the float64 reference).
+//
 // Never downloads or builds: getLlama({build: "never", usePrebuiltBinaries: true}); run with
 // NODE_LLAMA_CPP_SKIP_DOWNLOAD=true so that nothing is fetched either.
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 
 function parse(argv) {
     const a = { cmd: argv[0], threads: 2, promptTokens: 512, genTokens: 128, n: 8, probs: false };
@@ -35,6 +41,7 @@ function parse(argv) {
         else if (k === "--tokens") a.tokens = v().split(",").map((s) => parseInt(s, 10));
         else if (k === "--n") a.n = parseInt(v(), 10);
         else if (k === "--probs") a.probs = true;
+        else if (k === "--out") a.out = v();
         else throw new Error(`unknown flag ${k}`);
     }
     return a;
@@ -138,6 +145,27 @@ async function greedy(a) {
     await llama.dispose();
 }
 
+async function logprobs(a) {
+    if (!a.tokens || !a.out) throw new Error("--tokens and --out are required");
+    const { llama, model, context, sequence } = await open(a, a.tokens.length + 8);
+    const md = model.fileInfo.metadata;
+    const V = Number(md[md.general.architecture]?.vocab_size ?? 0);
+    if (!V) throw new Error("the GGUF has no <arch>.vocab_size (tools/gguf-export writes it)");
+    const input = a.tokens.map((t) => [t, { generateNext: { probabilities: true } }]);
+    const res = await sequence.controlledEvaluate(input);
+    const out = new Float32Array(a.tokens.length * V).fill(-Infinity);
+    for (let i = 0; i < a.tokens.length; i++) {
+        const pr = res[i]?.next?.probabilities;
+        if (!pr) throw new Error(`no probabilities at position ${i}`);
+        for (const [t, p] of pr) if (t >= 0 && t < V && p > 0) out[i * V + t] = Math.log(p);
+    }
+    writeFileSync(a.out, Buffer.from(out.buffer));
+    console.log(JSON.stringify({ ...versions(), tokens: a.tokens.length, vocab: V }));
+    await context.dispose();
+    await model.dispose();
+    await llama.dispose();
+}
+
 async function info() {
     const llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true,
         progressLogs: false, logLevel: LlamaLogLevel.error });
@@ -147,9 +175,9 @@ async function info() {
 }
 
 const a = parse(process.argv.slice(2));
-const run = { bench, greedy, info }[a.cmd];
+const run = { bench, greedy, logprobs, info }[a.cmd];
 if (!run) {
-    console.error("usage: node llama.mjs bench|greedy|info --model F.gguf ...");
+    console.error("usage: node llama.mjs bench|greedy|logprobs|info --model F.gguf ...");
     process.exit(2);
 }
 if (a.cmd !== "info" && !a.model) {

@@ -64,8 +64,8 @@ typedef struct {
          CLI_STR,                                                                                  \
          &(kvf).matmul,                                                                            \
          "exact|int8",                                                                             \
-         "4-bit weights: exact f32 activations (default) or int8 activations (faster, "            \
-         "logits within ~1e-2; env KILN_MATMUL)",                                                  \
+         "4-bit weights: int8 activations per 32 columns (default; llama.cpp's Q8_0 "              \
+         "accuracy, ~2x prefill) or exact f32 activations (MLX semantics); env KILN_MATMUL",        \
          0},                                                                                       \
         {"state-every",                                                                            \
          CLI_STR,                                                                                  \

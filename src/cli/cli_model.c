@@ -371,6 +371,10 @@ int cli_info(int argc, char **argv)
            c->tie_word_embeddings ? "yes" : "no");
     printf("context:        %" PRId64 " (max_position_embeddings), rope_theta %g\n", c->max_pos,
            c->rope_theta);
+    const char *mm = getenv("KILN_MATMUL");
+    printf("matmul:         %s (4-bit weights; int8 = activations quantized per 32 columns, "
+           "exact = f32 precision: --matmul / KILN_MATMUL)\n",
+           mm && *mm ? mm : KN_MATMUL_DEFAULT);
     const mdl_plan *pl = mdl_get_plan(m);
     int32_t stores = 0;
     for (int32_t L = 0; L < pl->n_layers; L++)

@@ -61,7 +61,10 @@ kiln_code eng_runtime_open(const char *dir, const eng_runtime_opts *o, eng_runti
                            kiln_err *err)
 {
     *out = NULL;
-    kiln_code rc = kn_init_mode(o->isa, o->matmul, err);
+    /* no mode asked for: the default (int8 for 4-bit; docs/kernels.md, the
+     * accuracy table that chose it) */
+    kiln_code rc =
+        kn_init_mode(o->isa, o->matmul && *o->matmul ? o->matmul : KN_MATMUL_DEFAULT, err);
     if (rc) return rc;
     eng_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return kiln_fail(err, KILN_E_NOMEM, "runtime: out of memory");

@@ -27,7 +27,7 @@ typedef struct {
     int32_t max_step_tokens; /* tokens per step (prefill chunk) */
     int32_t n_blocks;        /* KV pool size; 0 = enough for max_seqs x ctx */
     const char *isa;         /* kernel variant: NULL/"auto", "ref", "avx2", ... */
-    const char *matmul;      /* 4-bit weights: NULL/"exact" or "int8" (kn_init_mode) */
+    const char *matmul;      /* 4-bit weights: "exact" or "int8"; NULL = KN_MATMUL_DEFAULT */
     int unfused;             /* 1: one pool job per op (mdl_ctx_set_fused; same bits, for A/B) */
     int32_t logit_rows;      /* OUT (eng_runtime_resolve): rows of the logits buffer */
     /* KV storage (docs/kv.md) */

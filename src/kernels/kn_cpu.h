@@ -29,11 +29,14 @@ kn_cpu kn_cpu_detect(void);
 kiln_code kn_init(const char *force, kiln_err *err);
 /* kn_init plus the matmul mode for MLX affine 4-bit weights: NULL, "" or
  * "exact" = activations kept at f32 precision (two int16 levels; matches the
- * reference to ~1e-5); "int8" = activations quantized to int8 per 64 columns
- * (kn_int.h), as llama.cpp does: ~2× less kernel time at prefill and batched
- * decode (other bit widths stay exact), logits
- * within ~1e-2. KILN_E_INVALID for anything else. KILN_MATMUL in the
- * environment is read by the CLI and passed here. */
+ * reference to ~1e-5: the MLX semantics); "int8" = activations quantized to
+ * int8 per 32 columns (kn_int.h), as llama.cpp's Q8_0 does: ~2× less kernel
+ * time at prefill and batched decode (other bit widths stay exact), error
+ * against the float64 reference no worse than llama.cpp's (docs/kernels.md).
+ * KILN_E_INVALID for anything else. The runtime's default is
+ * KN_MATMUL_DEFAULT (eng_runtime_open); KILN_MATMUL in the environment is
+ * read by the CLI and passed here. */
+#define KN_MATMUL_DEFAULT "int8"
 kiln_code kn_init_mode(const char *force, const char *matmul, kiln_err *err);
 const char *kn_matmul_mode(void); /* "exact" or "int8" */
 const char *kn_isa_name(void);    /* the variant in use: "ref", "avx2", "avx512", ... */

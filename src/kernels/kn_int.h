@@ -120,20 +120,45 @@ static inline int kn_qx_ok(const kn_mat *W)
            W->cols % KN_QX_BLOCK == 0 && W->cols <= KN_QX_MAX_COLS;
 }
 
-/* int8 activations (the int8 matmul mode, kn_cpu.h; opt-in): for KN_QAFFINE
- * 4-bit matrices with cols a multiple of KN_QX_BLOCK (at most
- * KN_QX_MAX_COLS), each token's x is quantized per 64-column block b:
- *   amax_b = max_i |x_i|, d_b = amax_b / 127, inv_b = 127 / amax_b (both 0 when
- *   amax_b is 0), q_i = round-to-nearest-even(x_i · inv_b) in [-127, 127] (f32 ops)
- * and y[t][r] = Σ_b Σ_{parts p of b} (s_g(p)·d_b) · Σ_{i in p} code_i·q_i  (exact int32)
- *             + Σ_g bias_g · Σ_{i in g} x_i                              (exact x sums)
- * where the parts of a block are its groups (gs 32: two halves; gs ≥ 64: the
- * block). Relative error per element ≤ 2^-8 of the block's largest |x| — the
- * llama.cpp Q8_0 trade (its blocks are 32): about 2× faster than the exact
- * int16 levels on AVX2 and the path that amortizes weights over several
- * tokens, but logits move by ~1e-2, so golden tests run the exact mode.
- * Other bit widths keep their exact kernels in this mode (8-bit int8 was
- * measured no faster end to end). */
+/* int8 activations (the int8 matmul mode, kn_cpu.h; the default for 4-bit):
+ * for KN_QAFFINE 4-bit matrices with cols a multiple of KN_QX_BLOCK (at most
+ * KN_QX_MAX_COLS), each token's x is quantized per 32 columns h (each 64-column
+ * block b has two halves):
+ *   amax_h = max_i |x_i|, d_h = amax_h / 127, inv_h = 127 / amax_h (both 0 when
+ *   amax_h is 0), q_i = round-to-nearest-even(x_i · inv_h) in [-127, 127] (f32 ops)
+ * and y[t][r] = Σ_h (s_g(h)·d_h) · Σ_{i in h} code_i·q_i          (exact int32)
+ *             + Σ_g bias_g · X_g,   X_g = Σ_{halves h of g} d_h · Σ_{i in h} q_i
+ * with X_g in f32, halves in ascending order (kn_i8_xsum): the sum of the
+ * *quantized* x̂_i = d_h·q_i. So y = Σ w_i·x̂_i up to f32 rounding: the error
+ * Σ w_i·(x̂_i − x_i) weighs each rounding by the centred weight w = s·code +
+ * bias, as llama.cpp's Q4_0·Q8_0 does, and |x̂_i − x_i| ≤ amax_h/254 — the
+ * Q8_0 activation block (32 wide, d = amax/127), with d kept in f32 where
+ * Q8_0 rounds it to f16. (The first version used 64-wide blocks and exact x
+ * sums in the bias term, which left Σ s·code_i·(x̂_i − x_i): codes average
+ * 7.5, so its error was ~13× larger in KL on stories260K; docs/kernels.md.)
+ * About 2× faster than the exact int16 levels on AVX2, and the path that
+ * amortizes weights over several tokens. Other bit widths keep their exact
+ * kernels in this mode (8-bit int8 was measured no faster end to end). */
+
+/* Adds block b's halves to X (above): d0, d1 and s0, s1 = d and Σ q of the
+ * block's first and second 32 columns; xsum has one slot per group. Every
+ * variant makes X_g with these f32 operations. */
+static inline void kn_i8_xsum(float *xsum, int64_t b, int64_t gs, float d0, float d1, int32_t s0,
+                              int32_t s1)
+{
+    float p0 = d0 * (float)s0, p1 = d1 * (float)s1;
+    if (gs == 32) {
+        xsum[2 * b] = p0;
+        xsum[2 * b + 1] = p1;
+    } else if (gs == 64) {
+        xsum[b] = p0 + p1;
+    } else if (b % 2 == 0) {
+        xsum[b / 2] = p0 + p1;
+    } else {
+        xsum[b / 2] = xsum[b / 2] + p0 + p1;
+    }
+}
+
 static inline int kn_i8_ok(const kn_mat *W)
 {
     return W->fmt == KN_QAFFINE && W->bits == 4 && W->cols % KN_QX_BLOCK == 0 &&

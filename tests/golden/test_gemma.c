@@ -275,8 +275,9 @@ static void check_quantized(const char *rel, int (*layout)(const wt_set *))
     if (!rc) rc = wt_set_open(qdir, &ws, &err);
     int lay = ws && layout(ws);
     wt_set_close(ws);
-    eng_runtime *rq = rc ? NULL : tm_open(qdir, 128, 2, 2, NULL, &err);
-    eng_runtime *rd = rq ? tm_open(ddir, 128, 2, 2, NULL, &err) : NULL;
+    /* exact: the MLX semantics this compares (the int8 default is ~1e-1 off) */
+    eng_runtime *rq = rc ? NULL : tm_open_mode(qdir, 128, 2, 2, NULL, "exact", &err);
+    eng_runtime *rd = rq ? tm_open_mode(ddir, 128, 2, 2, NULL, "exact", &err) : NULL;
     double d = INFINITY;
     if (rq && rd) {
         int32_t ids[40];
