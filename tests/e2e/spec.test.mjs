@@ -72,7 +72,8 @@ test('per request: "speculative": "off" drafts nothing, {"method":"ngram","max_d
   assert.equal(off.usage.completion_tokens_details.accepted_prediction_tokens, 0);
   assert.equal(off.usage.completion_tokens_details.rejected_prediction_tokens, 0);
   const on = await plain.completions.create({ model: "x", prompt: PROMPT, max_tokens: 32, temperature: 0, speculative: { method: "ngram", max_draft: 2 } });
-  assert.ok(on.usage.completion_tokens_details.accepted_prediction_tokens > 0);
+  // a random model's text need not repeat, and a plain server without --spec-fixed may decline drafts
+  if (!IDENTITY_ONLY) assert.ok(on.usage.completion_tokens_details.accepted_prediction_tokens > 0);
   assert.equal(on.choices[0].text, off.choices[0].text);
 });
 

@@ -31,7 +31,7 @@ def settle(url):
         want = ckpt_only
     if want <= 0:
         return
-    deadline = time.time() + 60
+    deadline = time.time() + 180  # a loaded machine writes late; the kill waits for it
     d = os.environ.get("KILN_KILL_SETTLE_DIR")
     while time.time() < deadline:
         if ckpt_only > 0 and d:

@@ -228,30 +228,6 @@ class Recorder:
         return rc == 0, out.getvalue().rstrip()
 
 
-def schema_for(path, status, stream, event, body):
-    """The official schema of what kiln answered on path (harness.mjs's
-    schemaFor); None: a kiln-only route."""
-    ant = path.startswith("/v1/messages")
-    if not path.startswith("/v1/") or path.startswith("/v1/conversations"):
-        return None
-    if status >= 400 or event == "error" or (stream and not ant and isinstance(body, dict)
-                                              and "error" in body and "type" not in body):
-        return ("anthropic" if ant else "openai", "ErrorResponse")
-    table = {"/v1/chat/completions": ("openai", "CreateChatCompletionStreamResponse" if stream
-                                      else "CreateChatCompletionResponse"),
-             "/v1/completions": ("openai", "CreateCompletionResponse"),
-             "/v1/models": ("openai", "ListModelsResponse"),
-             "/v1/embeddings": ("openai", "CreateEmbeddingResponse"),
-             "/v1/responses": ("openai", "ResponseStreamEvent" if stream else "Response"),
-             "/v1/messages": ("anthropic", "MessageStreamEvent" if stream else "Message"),
-             "/v1/messages/count_tokens": ("anthropic", "BetaCountMessageTokensResponse")}
-    if path in table:
-        return table[path]
-    if path.startswith("/v1/models/"):
-        return ("openai", "Model")
-    return None
-
-
 def http_records(url, status, text):
     """Records (as harness.mjs writes them) of one answer: a JSON body, or
     each data frame of an SSE stream."""
@@ -277,7 +253,7 @@ def http_records(url, status, text):
             except ValueError:
                 out.append({"spec": "openai", "schema": "(not JSON)", "where": where, "body": data})
                 continue
-            s = schema_for(path, status, True, event, body)
+            s = schema_for(path, status, True, body)
             if s:
                 out.append({"spec": s[0], "schema": s[1], "where": where, "body": body})
         return out
@@ -285,7 +261,7 @@ def http_records(url, status, text):
         body = json.loads(text)
     except ValueError:
         return [{"spec": "openai", "schema": "(not JSON)", "where": path, "body": text[:200]}]
-    s = schema_for(path, status, False, None, body)
+    s = schema_for(path, status, False, body)
     return [{"spec": s[0], "schema": s[1], "where": path, "body": body}] if s else []
 
 

@@ -18,6 +18,7 @@
 #include "engine/eng_admit.h"
 #include "engine/eng_draft.h"
 #include "engine/eng_engine.h"
+#include "eng_collect.h"
 #include "grammar/gr.h"
 #include "test_model.h"
 #include "tokenizer/tok.h"
@@ -108,57 +109,6 @@ static void test_vocab_check(void)
 }
 
 /* ---------------------------------------------------------------- identity */
-
-#define MAXT 256
-
-typedef struct {
-    int32_t toks[MAXT];
-    float lp[MAXT];
-    int32_t top0[MAXT];
-    int n_toks;
-    char text[4096];
-    size_t text_len;
-    eng_finish finish;
-    int32_t completion_tokens, accepted, rejected;
-} collected;
-
-static int collect(eng_handle *h, collected *c)
-{
-    memset(c, 0, sizeof *c);
-    eng_event ev;
-    int rc;
-    while ((rc = eng_handle_next(h, &ev, 120000)) == 0) {
-        if (ev.text_len && c->text_len + ev.text_len < sizeof c->text) {
-            memcpy(c->text + c->text_len, ev.text, ev.text_len);
-            c->text_len += ev.text_len;
-        }
-        if (ev.kind == ENG_EV_TOKEN && c->n_toks < MAXT) {
-            c->lp[c->n_toks] = ev.so.logprob;
-            c->top0[c->n_toks] = ev.so.n_top ? ev.so.top_ids[0] : -1;
-            c->toks[c->n_toks++] = ev.token;
-        }
-        int last = ev.kind != ENG_EV_TOKEN;
-        if (last) {
-            c->finish = ev.kind == ENG_EV_ERROR ? ENG_FINISH_ERROR : ev.finish;
-            c->completion_tokens = ev.completion_tokens;
-            c->accepted = ev.spec_accepted;
-            c->rejected = ev.spec_rejected;
-        }
-        eng_event_clear(&ev);
-        if (last) return 0;
-    }
-    return -1;
-}
-
-static int same(const collected *a, const collected *b)
-{
-    return a->n_toks == b->n_toks && a->finish == b->finish && a->text_len == b->text_len &&
-           a->completion_tokens == b->completion_tokens &&
-           memcmp(a->toks, b->toks, sizeof(int32_t) * (size_t)a->n_toks) == 0 &&
-           memcmp(a->lp, b->lp, sizeof(float) * (size_t)a->n_toks) == 0 &&
-           memcmp(a->top0, b->top0, sizeof(int32_t) * (size_t)a->n_toks) == 0 &&
-           memcmp(a->text, b->text, a->text_len) == 0;
-}
 
 static eng_runtime *rt;
 static tok_tokenizer *tok;

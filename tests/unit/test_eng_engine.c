@@ -4,43 +4,8 @@
  * freeing KV, queue limits, prefix-cache reuse.
  */
 #include "engine/eng_engine.h"
+#include "eng_collect.h"
 #include "test_model.h"
-
-typedef struct {
-    int32_t toks[512];
-    int n_toks;
-    char text[8192];
-    size_t text_len;
-    eng_finish finish;
-    int32_t cached, prompt_tokens, completion_tokens, steps;
-    char stop_matched[64]; /* copied: the event's pointer lives as long as the handle */
-} collected;
-
-static int collect(eng_handle *h, collected *c)
-{
-    memset(c, 0, sizeof *c);
-    eng_event ev;
-    int rc;
-    while ((rc = eng_handle_next(h, &ev, 60000)) == 0) {
-        if (ev.text_len && c->text_len + ev.text_len < sizeof c->text) {
-            memcpy(c->text + c->text_len, ev.text, ev.text_len);
-            c->text_len += ev.text_len;
-        }
-        if (ev.kind == ENG_EV_TOKEN && c->n_toks < 512) c->toks[c->n_toks++] = ev.token;
-        int last = ev.kind != ENG_EV_TOKEN;
-        if (last) {
-            c->finish = ev.kind == ENG_EV_ERROR ? ENG_FINISH_ERROR : ev.finish;
-            c->cached = ev.cached_tokens;
-            c->prompt_tokens = ev.prompt_tokens;
-            c->completion_tokens = ev.completion_tokens;
-            c->steps = ev.steps;
-            if (ev.stop_matched) snprintf(c->stop_matched, sizeof c->stop_matched, "%s", ev.stop_matched);
-        }
-        eng_event_clear(&ev);
-        if (last) return 0;
-    }
-    return -1;
-}
 
 /* Submits p, collects its whole stream, releases the handle. */
 static kiln_code run_one(eng_engine *e, const eng_params *p, collected *c, kiln_err *err)
@@ -402,7 +367,6 @@ static void test_lease_holds_steps_until_released(void)
     eng_event_clear(&ev);
     eng_handle_release(h);
 }
-
 
 /* Steps a 200-token prompt (max_tokens 1) took beside a decoding stream; its
  * greedy token goes to *tok_out. */

@@ -7,40 +7,10 @@
  * ignore_eos; the sampler's mask renormalizes.
  */
 #include "engine/eng_engine.h"
+#include "eng_collect.h"
 #include "test_model.h"
 
 #include <jansson.h>
-
-typedef struct {
-    int32_t toks[1024];
-    int n_toks;
-    char text[16384];
-    size_t text_len;
-    eng_finish finish;
-    char err[256];
-} collected;
-
-static int collect(eng_handle *h, collected *c)
-{
-    memset(c, 0, sizeof *c);
-    eng_event ev;
-    int rc;
-    while ((rc = eng_handle_next(h, &ev, 120000)) == 0) {
-        if (ev.text_len && c->text_len + ev.text_len < sizeof c->text) {
-            memcpy(c->text + c->text_len, ev.text, ev.text_len);
-            c->text_len += ev.text_len;
-        }
-        if (ev.kind == ENG_EV_TOKEN && c->n_toks < 1024) c->toks[c->n_toks++] = ev.token;
-        int last = ev.kind != ENG_EV_TOKEN;
-        if (last) {
-            c->finish = ev.kind == ENG_EV_ERROR ? ENG_FINISH_ERROR : ev.finish;
-            if (ev.kind == ENG_EV_ERROR) snprintf(c->err, sizeof c->err, "%s", ev.err.msg);
-        }
-        eng_event_clear(&ev);
-        if (last) return 0;
-    }
-    return -1;
-}
 
 static eng_runtime *rt;
 static tok_tokenizer *tok;

@@ -103,6 +103,17 @@ static job parse_small_stack(srv_api api, const char *body)
             TEST_FAIL_("message '%s' lacks '%s'", (j).err.msg, needle);                            \
     } while (0)
 
+/* The body made of f (one %s) with at, the value nested at the limit, parses;
+ * with over, one level more, it is refused on param, the message holding needle. */
+#define ASSERT_AT_AND_PAST(api, f, at, over, param, needle)                                        \
+    do {                                                                                           \
+        char *b_at_ = fmt(f, at), *b_over_ = fmt(f, over);                                         \
+        job j_ = parse_small_stack(api, b_at_), k_ = parse_small_stack(api, b_over_);              \
+        free(b_at_), free(b_over_);                                                                \
+        ASSERT_EQ_I64(j_.rc, KILN_OK);                                                             \
+        ASSERT_REFUSED(k_, param, needle);                                                         \
+    } while (0)
+
 static void test_text_and_value_depth(void)
 {
     ASSERT_EQ_I64(kiln_json_text_depth("1", 1, 10), 0);
@@ -130,18 +141,14 @@ static void test_body_depth_limit(void)
     /* the body's root object is level 1, "extra" adds k levels */
     const char *f = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"extra\":%s}";
     char *at = nest_arr(SRV_JSON_MAX_DEPTH - 1), *over = nest_arr(SRV_JSON_MAX_DEPTH);
-    char *b_at = fmt(f, at), *b_over = fmt(f, over);
-    job j = parse_small_stack(SRV_API_CHAT, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_CHAT, b_over);
-    ASSERT_REFUSED(j, "", "more than 128 levels");
-    free(at), free(over), free(b_at), free(b_over);
+    ASSERT_AT_AND_PAST(SRV_API_CHAT, f, at, over, "", "more than 128 levels");
+    free(at), free(over);
 
     /* 10,000 levels: every parser refuses it from the bytes, on a small stack */
     char *deep = nest_arr(10000);
     srv_api apis[] = {SRV_API_CHAT, SRV_API_COMPLETION, SRV_API_ANTHROPIC, SRV_API_RESPONSES};
     for (size_t i = 0; i < sizeof apis / sizeof *apis; i++) {
-        j = parse_small_stack(apis[i], deep);
+        job j = parse_small_stack(apis[i], deep);
         ASSERT_REFUSED(j, "", "more than 128 levels");
     }
     free(deep);
@@ -151,7 +158,7 @@ static void test_body_depth_limit(void)
     memset(text, '[', 20000);
     text[20000] = 0;
     char *b = fmt("{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", text);
-    j = parse_small_stack(SRV_API_CHAT, b);
+    job j = parse_small_stack(SRV_API_CHAT, b);
     ASSERT_EQ_I64(j.rc, KILN_OK);
     free(text), free(b);
 }
@@ -162,33 +169,19 @@ static void test_tool_schema_depth_limit(void)
         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
         "\"function\":{\"name\":\"deep\",\"parameters\":%s}}]}";
     char *at = nest_obj(SRV_VALUE_MAX_DEPTH, "1"), *over = nest_obj(SRV_VALUE_MAX_DEPTH + 1, "1");
-    char *b_at = fmt(f, at), *b_over = fmt(f, over);
-    job j = parse_small_stack(SRV_API_CHAT, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_CHAT, b_over);
-    ASSERT_REFUSED(j, "tools", "tool 'deep' nests arrays/objects more than 64 levels");
-    free(b_at), free(b_over);
+    ASSERT_AT_AND_PAST(SRV_API_CHAT, f, at, over, "tools",
+                       "tool 'deep' nests arrays/objects more than 64 levels");
 
     /* Anthropic: input_schema */
     const char *fa =
         "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
         "\"tools\":[{\"name\":\"deep\",\"input_schema\":%s}]}";
-    b_at = fmt(fa, at), b_over = fmt(fa, over);
-    j = parse_small_stack(SRV_API_ANTHROPIC, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_ANTHROPIC, b_over);
-    ASSERT_REFUSED(j, "tools", "more than 64 levels");
-    free(b_at), free(b_over);
+    ASSERT_AT_AND_PAST(SRV_API_ANTHROPIC, fa, at, over, "tools", "more than 64 levels");
 
     /* Responses: flat function tools */
     const char *fr =
         "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"deep\",\"parameters\":%s}]}";
-    b_at = fmt(fr, at), b_over = fmt(fr, over);
-    j = parse_small_stack(SRV_API_RESPONSES, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_RESPONSES, b_over);
-    ASSERT_REFUSED(j, "tools", "more than 64 levels");
-    free(b_at), free(b_over);
+    ASSERT_AT_AND_PAST(SRV_API_RESPONSES, fr, at, over, "tools", "more than 64 levels");
     free(at), free(over);
 }
 
@@ -198,22 +191,13 @@ static void test_response_format_schema_depth_limit(void)
         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
         "\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":%s}}}";
     char *at = nest_obj(SRV_VALUE_MAX_DEPTH, "1"), *over = nest_obj(SRV_VALUE_MAX_DEPTH + 1, "1");
-    char *b_at = fmt(f, at), *b_over = fmt(f, over);
-    job j = parse_small_stack(SRV_API_CHAT, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_CHAT, b_over);
-    ASSERT_REFUSED(j, "response_format",
-                   "the JSON schema nests arrays/objects more than 64 levels");
-    free(b_at), free(b_over);
+    ASSERT_AT_AND_PAST(SRV_API_CHAT, f, at, over, "response_format",
+                       "the JSON schema nests arrays/objects more than 64 levels");
     /* Responses: text.format */
     const char *fr = "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":"
                      "\"s\",\"schema\":%s}}}";
-    b_at = fmt(fr, at), b_over = fmt(fr, over);
-    j = parse_small_stack(SRV_API_RESPONSES, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_RESPONSES, b_over);
-    ASSERT_REFUSED(j, "text", "more than 64 levels");
-    free(b_at), free(b_over), free(at), free(over);
+    ASSERT_AT_AND_PAST(SRV_API_RESPONSES, fr, at, over, "text", "more than 64 levels");
+    free(at), free(over);
 }
 
 static void test_tool_call_arguments_depth_limit(void)
@@ -226,18 +210,14 @@ static void test_tool_call_arguments_depth_limit(void)
                     "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"}]}";
     char *at = nest_obj_escaped(SRV_VALUE_MAX_DEPTH),
          *over = nest_obj_escaped(SRV_VALUE_MAX_DEPTH + 1);
-    char *b_at = fmt(f, at), *b_over = fmt(f, over);
-    job j = parse_small_stack(SRV_API_CHAT, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_CHAT, b_over);
-    ASSERT_REFUSED(j, "messages",
-                   "the arguments of tool call 0 of message 1 nests arrays/objects more than 64");
-    free(b_at), free(b_over);
+    ASSERT_AT_AND_PAST(
+        SRV_API_CHAT, f, at, over, "messages",
+        "the arguments of tool call 0 of message 1 nests arrays/objects more than 64");
     /* a 10,000-deep arguments string fits in a body of depth 5 */
     char *deep = malloc(20001);
     memset(deep, '[', 10000), memset(deep + 10000, ']', 10000), deep[20000] = 0;
     char *b = fmt(f, deep);
-    j = parse_small_stack(SRV_API_CHAT, b);
+    job j = parse_small_stack(SRV_API_CHAT, b);
     ASSERT_REFUSED(j, "messages", "more than 64 levels");
     free(b);
     const char *fr = "{\"input\":[{\"role\":\"user\",\"content\":\"x\"},{\"type\":\"function_"
@@ -245,12 +225,7 @@ static void test_tool_call_arguments_depth_limit(void)
                      "\"name\":\"f\",\"arguments\":\"%s\"},{\"type\":\"function_call_output\","
                      "\"call_id\":\"c1\","
                      "\"output\":\"r\"}]}";
-    b_at = fmt(fr, at), b_over = fmt(fr, over);
-    j = parse_small_stack(SRV_API_RESPONSES, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_RESPONSES, b_over);
-    ASSERT_REFUSED(j, "input", "more than 64 levels");
-    free(b_at), free(b_over);
+    ASSERT_AT_AND_PAST(SRV_API_RESPONSES, fr, at, over, "input", "more than 64 levels");
     b = fmt(fr, deep);
     j = parse_small_stack(SRV_API_RESPONSES, b);
     ASSERT_REFUSED(j, "input", "more than 64 levels");
@@ -263,12 +238,8 @@ static void test_tool_call_arguments_depth_limit(void)
         "\"input\":%s}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
         "\"tool_use_id\":\"t1\",\"content\":\"r\"}]}]}";
     at = nest_obj(SRV_VALUE_MAX_DEPTH, "1"), over = nest_obj(SRV_VALUE_MAX_DEPTH + 1, "1");
-    b_at = fmt(fa, at), b_over = fmt(fa, over);
-    j = parse_small_stack(SRV_API_ANTHROPIC, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_ANTHROPIC, b_over);
-    ASSERT_REFUSED(j, "messages", "more than 64 levels");
-    free(b_at), free(b_over), free(at), free(over);
+    ASSERT_AT_AND_PAST(SRV_API_ANTHROPIC, fa, at, over, "messages", "more than 64 levels");
+    free(at), free(over);
 }
 
 static void test_template_kwargs_depth_limit(void)
@@ -277,13 +248,9 @@ static void test_template_kwargs_depth_limit(void)
                     "kwargs\":{\"k\":%s}}";
     /* the kwargs object is level 1 */
     char *at = nest_obj(SRV_VALUE_MAX_DEPTH - 1, "1"), *over = nest_obj(SRV_VALUE_MAX_DEPTH, "1");
-    char *b_at = fmt(f, at), *b_over = fmt(f, over);
-    job j = parse_small_stack(SRV_API_CHAT, b_at);
-    ASSERT_EQ_I64(j.rc, KILN_OK);
-    j = parse_small_stack(SRV_API_CHAT, b_over);
-    ASSERT_REFUSED(j, "chat_template_kwargs",
-                   "'chat_template_kwargs' nests arrays/objects more than 64");
-    free(b_at), free(b_over), free(at), free(over);
+    ASSERT_AT_AND_PAST(SRV_API_CHAT, f, at, over, "chat_template_kwargs",
+                       "'chat_template_kwargs' nests arrays/objects more than 64");
+    free(at), free(over);
 }
 
 /* Found by fuzz_anthropic: a tool_use whose input is an array reached the
@@ -291,27 +258,31 @@ static void test_template_kwargs_depth_limit(void)
  * JSON string / object (OpenAI), anything else is a 400 on 'messages'. */
 static void test_tool_call_arguments_must_be_an_object_or_a_string(void)
 {
-    const char *a = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
-                    "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\","
-                    "\"input\":[1]}]}]}";
+    const char *a =
+        "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\","
+        "\"input\":[1]}]}]}";
     job j = parse_small_stack(SRV_API_ANTHROPIC, a);
     ASSERT_REFUSED(j, "messages", "tool_use blocks need an object 'input'");
-    const char *o = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
-                    "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
-                    "\"arguments\":7}}]}]}";
+    const char *o =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
+        "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"arguments\":7}}]}]}";
     j = parse_small_stack(SRV_API_CHAT, o);
     ASSERT_REFUSED(j, "messages", "must be a JSON string");
     /* null arguments / input are no arguments: {} */
-    const char *n = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
-                    "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
-                    "\"arguments\":null}}]}]}";
+    const char *n =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
+        "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"arguments\":null}}]}]}";
     srv_request r;
     char param[64];
     kiln_err err;
     ASSERT_OK(srv_parse_request(SRV_API_CHAT, n, strlen(n), &r, param, &err));
     json_t *args = json_object_get(
-        json_object_get(json_array_get(json_object_get(json_array_get(r.messages, 1), "tool_calls"), 0),
-                        "function"),
+        json_object_get(
+            json_array_get(json_object_get(json_array_get(r.messages, 1), "tool_calls"), 0),
+            "function"),
         "arguments");
     ASSERT_TRUE(json_is_object(args) && json_object_size(args) == 0);
     srv_request_free(&r);
