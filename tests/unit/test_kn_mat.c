@@ -401,14 +401,16 @@ static void test_int16_activations_track_the_exact_dot(void)
 
 /* int8 mode (kn_int.h): every variant against ref-int8 (same integers), and
  * bitwise batch invariance over token counts that take the decode driver
- * (1–3), several 3-token groups, several 64-token blocks and the thread
+ * (1–3), several token groups (1x8 tiles; 2x4 past 4096 columns), several
+ * token blocks and the thread
  * split; what kn_i8_ok refuses (8-bit, cols % 64) keeps the exact path. */
 static void test_int8_mode_matches_ref_and_is_batch_invariant(void)
 {
     static const int bits[] = {4, 8};
     static const int groups[] = {32, 64, 128};
     static const kn_fmt sf[] = {KN_F32, KN_F16, KN_BF16};
-    static const int64_t shapes[][2] = {{1, 128}, {7, 256}, {21, 384}, {40, 1024}, {9, 96 * 4}};
+    static const int64_t shapes[][2] = {{1, 128}, {7, 256}, {21, 384}, {40, 1024}, {9, 96 * 4},
+                                        {7, 8192} /* > 4096: 2x4 tiles + a row */};
     mm_mode = "int8";
     for (size_t v = 0; v < 2; v++) {
         if (!variant_ok(variants[v])) continue;
