@@ -1,14 +1,36 @@
 /*
- * test_model.h — helpers for tests that run models: open a runtime, feed a
- * sequence in chunks of any size, read reference files.
+ * test_model.h — helpers for tests that run models: make a test model, open a
+ * runtime, feed a sequence in chunks of any size, read reference files.
  */
 #ifndef KILN_TEST_MODEL_H
 #define KILN_TEST_MODEL_H
 
 #include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "engine/eng_runtime.h"
 #include "test.h"
+
+/* Makes a test model once: tools/make-test-model ARGS into
+ * KILN_BINARY_DIR/test-models/NAME (d gets that folder), reused while its
+ * config.json is there. Written to a temporary folder and renamed, so tests
+ * running in parallel never see half a model. 0 on success. */
+static inline int tm_make_model(char *d, size_t n, const char *name, const char *args)
+{
+    snprintf(d, n, "%s/test-models/%s", KILN_BINARY_DIR, name);
+    char cfg[700], cmd[3000];
+    snprintf(cfg, sizeof cfg, "%s/config.json", d);
+    if (access(cfg, R_OK) == 0) return 0;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/test-models' && rm -rf '%s.tmp%d' && /usr/bin/python3 "
+             "'%s/tools/make-test-model' %s --out '%s.tmp%d' >/dev/null && rm -rf '%s' && mv "
+             "'%s.tmp%d' '%s'",
+             KILN_BINARY_DIR, d, (int)getpid(), KILN_SOURCE_DIR, args, d, (int)getpid(), d, d,
+             (int)getpid(), d);
+    return system(cmd);
+}
 
 /* Opens dir with a context big enough for n_ctx tokens, max_seqs sequences;
  * matmul: "exact", "int8" or NULL (the runtime's default, KN_MATMUL_DEFAULT). */

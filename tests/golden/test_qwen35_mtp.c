@@ -25,21 +25,6 @@
 
 static char dir_hf[512], dir_mlx[512], dir_llama[512], dir_q4[512];
 
-static int make_model(char *d, size_t n, const char *name, const char *args)
-{
-    snprintf(d, n, "%s/test-models/golden-mtp-%s", KILN_BINARY_DIR, name);
-    char cfg[700], cmd[3000];
-    snprintf(cfg, sizeof cfg, "%s/config.json", d);
-    if (access(cfg, R_OK) == 0) return 0;
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/test-models' && rm -rf '%s.tmp%d' && /usr/bin/python3 "
-             "'%s/tools/make-test-model' %s --out '%s.tmp%d' >/dev/null && rm -rf '%s' && mv "
-             "'%s.tmp%d' '%s'",
-             KILN_BINARY_DIR, d, (int)getpid(), KILN_SOURCE_DIR, args, d, (int)getpid(), d, d,
-             (int)getpid(), d);
-    return system(cmd);
-}
-
 static const int32_t IDS[N] = {3,  9,   14, 5,   11,  7,   300, 42, 17, 256, 99, 12,
                                64, 128, 5,  400, 401, 402, 7,   7,  7,  33,  21, 8};
 
@@ -309,9 +294,9 @@ static void test_snapshots_without_a_head_are_refused(void)
 
 int main(void)
 {
-    if (make_model(dir_hf, sizeof dir_hf, "hf", "--arch qwen3_5 --dtype f32") ||
-        make_model(dir_mlx, sizeof dir_mlx, "mlx", "--arch qwen3_5 --dtype f32 --layout mlx") ||
-        make_model(dir_llama, sizeof dir_llama, "llama", "--arch llama --dtype f32")) {
+    if (tm_make_model(dir_hf, sizeof dir_hf, "golden-mtp-hf", "--arch qwen3_5 --dtype f32") ||
+        tm_make_model(dir_mlx, sizeof dir_mlx, "golden-mtp-mlx", "--arch qwen3_5 --dtype f32 --layout mlx") ||
+        tm_make_model(dir_llama, sizeof dir_llama, "golden-mtp-llama", "--arch llama --dtype f32")) {
         fprintf(stderr, "cannot make the test models (tools/make-test-model, python3-numpy)\n");
         return 1;
     }

@@ -26,21 +26,6 @@
 
 #include <jansson.h>
 
-static int make_model(char *d, size_t n, const char *name, const char *args)
-{
-    snprintf(d, n, "%s/test-models/unit-draft-%s", KILN_BINARY_DIR, name);
-    char cfg[700], cmd[3000];
-    snprintf(cfg, sizeof cfg, "%s/config.json", d);
-    if (access(cfg, R_OK) == 0) return 0;
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/test-models' && rm -rf '%s.tmp%d' && /usr/bin/python3 "
-             "'%s/tools/make-test-model' %s --out '%s.tmp%d' >/dev/null && rm -rf '%s' && mv "
-             "'%s.tmp%d' '%s'",
-             KILN_BINARY_DIR, d, (int)getpid(), KILN_SOURCE_DIR, args, d, (int)getpid(), d, d,
-             (int)getpid(), d);
-    return system(cmd);
-}
-
 static char target_dir[512], half_dir[512], bigvocab_dir[512], badtok_dir[512];
 
 /* The target (4 layers), its first two layers (same seed: the same tensors),
@@ -48,10 +33,10 @@ static char target_dir[512], half_dir[512], bigvocab_dir[512], badtok_dir[512];
  * swaps the ids of tokens 300 and 301. */
 static int make_models(void)
 {
-    if (make_model(target_dir, sizeof target_dir, "target", "--arch llama --dtype f32 --shape small") ||
-        make_model(half_dir, sizeof half_dir, "half",
+    if (tm_make_model(target_dir, sizeof target_dir, "unit-draft-target", "--arch llama --dtype f32 --shape small") ||
+        tm_make_model(half_dir, sizeof half_dir, "unit-draft-half",
                    "--arch llama --dtype f32 --shape small --layers 2") ||
-        make_model(bigvocab_dir, sizeof bigvocab_dir, "bigvocab",
+        tm_make_model(bigvocab_dir, sizeof bigvocab_dir, "unit-draft-bigvocab",
                    "--arch llama --dtype f32 --shape tiny --vocab 1024"))
         return -1;
     snprintf(badtok_dir, sizeof badtok_dir, "%s/test-models/unit-draft-badtok", KILN_BINARY_DIR);

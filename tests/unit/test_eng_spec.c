@@ -464,29 +464,14 @@ static void test_identity_with_grammars(void)
 
 /* ---------------------------------------------------------------- sliding windows */
 
-static int make_model(char *d, size_t n, const char *name, const char *args)
-{
-    snprintf(d, n, "%s/test-models/unit-spec-%s", KILN_BINARY_DIR, name);
-    char cfg[700], cmd[3000];
-    snprintf(cfg, sizeof cfg, "%s/config.json", d);
-    if (access(cfg, R_OK) == 0) return 0;
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/test-models' && rm -rf '%s.tmp%d' && /usr/bin/python3 "
-             "'%s/tools/make-test-model' %s --out '%s.tmp%d' >/dev/null && rm -rf '%s' && mv "
-             "'%s.tmp%d' '%s'",
-             KILN_BINARY_DIR, d, (int)getpid(), KILN_SOURCE_DIR, args, d, (int)getpid(), d, d,
-             (int)getpid(), d);
-    return system(cmd);
-}
-
 /* Generation far past the window: blocks given back while drafting, rolled
  * back across block and window edges; output identical. The random model's
  * greedy text loops, so drafts get accepted. */
 static void test_identity_sliding_window(void)
 {
     static char dsw[512], dmix[512];
-    if (make_model(dsw, sizeof dsw, "w20", "--arch mistral --dtype f32 --sliding-window 20") ||
-        make_model(dmix, sizeof dmix, "qwen2-mixed",
+    if (tm_make_model(dsw, sizeof dsw, "unit-spec-w20", "--arch mistral --dtype f32 --sliding-window 20") ||
+        tm_make_model(dmix, sizeof dmix, "unit-spec-qwen2-mixed",
                    "--arch qwen2 --dtype f32 --sliding-window 20 --max-window-layers 1")) {
         ASSERT_TRUE(!"cannot make the test models (tools/make-test-model, python3-numpy)");
     }

@@ -20,21 +20,6 @@
 
 static char hyb_dir[512], qd_dir[512];
 
-static int make_model(char *d, size_t n, const char *name, const char *args)
-{
-    snprintf(d, n, "%s/test-models/unit-spec-hybrid-%s", KILN_BINARY_DIR, name);
-    char cfg[700], cmd[3000];
-    snprintf(cfg, sizeof cfg, "%s/config.json", d);
-    if (access(cfg, R_OK) == 0) return 0;
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/test-models' && rm -rf '%s.tmp%d' && /usr/bin/python3 "
-             "'%s/tools/make-test-model' %s --out '%s.tmp%d' >/dev/null && rm -rf '%s' && mv "
-             "'%s.tmp%d' '%s'",
-             KILN_BINARY_DIR, d, (int)getpid(), KILN_SOURCE_DIR, args, d, (int)getpid(), d, d,
-             (int)getpid(), d);
-    return system(cmd);
-}
-
 static eng_runtime *rt;
 static tok_tokenizer *tok;
 static eng_draft *draft;
@@ -389,8 +374,8 @@ static void test_cancel_while_drafting_frees_everything(void)
 
 int main(void)
 {
-    if (make_model(hyb_dir, sizeof hyb_dir, "target", "--arch qwen3_5 --dtype f32") ||
-        make_model(qd_dir, sizeof qd_dir, "qwen3-draft", "--arch qwen3 --dtype f32 --layers 2")) {
+    if (tm_make_model(hyb_dir, sizeof hyb_dir, "unit-spec-hybrid-target", "--arch qwen3_5 --dtype f32") ||
+        tm_make_model(qd_dir, sizeof qd_dir, "unit-spec-hybrid-qwen3-draft", "--arch qwen3 --dtype f32 --layers 2")) {
         fprintf(stderr, "cannot make the test models (tools/make-test-model, python3-numpy)\n");
         return 1;
     }
