@@ -86,6 +86,11 @@ kiln_code kn_init_mode(const char *force, const char *matmul, kiln_err *err)
         kn_ref_install_mat_i8(&table);
 #if defined(__x86_64__)
         if (avx2) kn_avx2_install_mat_i8(&table);
+        /* the same integers with one vpdpbusd per 32 byte products (KILN_ISA=avx2 keeps AVX2) */
+        if (avx2 && cap >= 2 && cpu.avx512vnni && cpu.avx512f && cpu.avx512bw && cpu.avx512vl) {
+            kn_avx512vnni_install_mat_i8(&table);
+            table.isa = "avx2+avx512vnni";
+        }
 #endif
         table.mm_mode = "int8";
     }

@@ -91,6 +91,7 @@ void kn_ref_install_mat_i8(kn_ops *t); /* int8 mode: mm_q[4], mm_q[8] */
 void kn_ref_install_delta(kn_ops *t);
 #if defined(__x86_64__)
 void kn_avx2_install_mat_i8(kn_ops *t);
+void kn_avx512vnni_install_mat_i8(kn_ops *t); /* the same with vpdpbusd (AVX512-VNNI + VL) */
 void kn_avx2_install_mat(kn_ops *t);
 void kn_avx2_install_ops(kn_ops *t);
 void kn_avx2_install_attn(kn_ops *t);

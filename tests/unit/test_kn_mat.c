@@ -99,7 +99,8 @@ static double abs_dot(const kn_mat *W, int64_t r, const float *x, float *row)
     return s;
 }
 
-static const char *variants[] = {"ref", "avx2"};
+/* auto: AVX2, and the int8 mode with AVX512-VNNI where the CPU has it */
+static const char *variants[] = {"ref", "avx2", "auto"};
 static const char *mm_mode; /* kn_init_mode's matmul mode for the helpers: NULL = exact */
 
 static int variant_ok(const char *v)
@@ -412,7 +413,7 @@ static void test_int8_mode_matches_ref_and_is_batch_invariant(void)
     static const int64_t shapes[][2] = {{1, 128}, {7, 256}, {21, 384}, {40, 1024}, {9, 96 * 4},
                                         {7, 8192} /* > 4096: 2x4 tiles + a row */};
     mm_mode = "int8";
-    for (size_t v = 0; v < 2; v++) {
+    for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
         if (!variant_ok(variants[v])) continue;
         for (size_t b = 0; b < 2; b++)
             for (size_t g = 0; g < 3; g++)
@@ -448,7 +449,7 @@ static void test_int8_activations_stay_within_their_bound(void)
 {
     static const int bits[] = {4};
     static const int groups[] = {32, 64, 128};
-    for (size_t v = 0; v < 2; v++) {
+    for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
         kiln_err err;
         if (kn_init_mode(variants[v], "int8", &err) != KILN_OK) continue;
         ASSERT_STR_EQ(kn_matmul_mode(), "int8");

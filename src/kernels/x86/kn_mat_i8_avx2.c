@@ -20,6 +20,11 @@
  * Batch invariance: per (t, r) the f32 accumulator lanes get
  * fma(cvt(Σ_block)·dv_b, s_g, acc) for blocks in ascending order, then hsum8 +
  * bias_dot — the same in every tile shape, token count and thread split.
+ *
+ * kn_mat_i8_avx512vnni.c compiles this file again with I8_DOT as two
+ * vpdpbusd: each int32 lane is the sum of the same 8 byte products (4 of lo,
+ * 4 of hi; no int16 step can saturate: 2·15·127 per pair), so both variants
+ * give the same integers, hence the same bits.
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -101,6 +106,16 @@ static void i8_make(const float *x, int64_t cols, int64_t gs, int8_t *q, float *
 /* R rows × T tokens of the int8 math: yp[j][r + i]. PF: prefetch the weights
  * pfd bytes ahead (decode streams rows from memory; a compile-time 0 for the
  * prefill tiles, whose slab is in L1/L2). */
+#ifndef I8_DOT
+/* The 8 int32 lane sums of one block of 64 codes (lo: codes 0..31, hi: 32..63)
+ * times a token's q (2 vectors): lane l = codes 4l..4l+3 of lo and of hi. */
+#define I8_DOT(lo, hi, q)                                                                          \
+    _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256(q)),             \
+                                       _mm256_maddubs_epi16(hi, _mm256_load_si256((q) + 1))),      \
+                      ones)
+#define I8_INSTALL kn_avx2_install_mat_i8
+#endif
+
 AI void i8_tile(const kn_mat *W, const i8_tok *xt, float *const *yp, int64_t r, const int R,
                 const int T, const int64_t gs, const int PF, const int64_t pfd)
 {
@@ -123,6 +138,7 @@ AI void i8_tile(const kn_mat *W, const i8_tok *xt, float *const *yp, int64_t r, 
         for (int j = 0; j < T; j++)
             acc[i][j] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    (void)ones; /* unused by the vpdpbusd I8_DOT */
     for (int64_t b = 0; b < nb; b++) {
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
@@ -136,9 +152,7 @@ AI void i8_tile(const kn_mat *W, const i8_tok *xt, float *const *yp, int64_t r, 
 #pragma GCC unroll 8
             for (int j = 0; j < T; j++) {
                 const __m256i *q = (const __m256i *)(xt[j].q + b * KN_QX_BLOCK);
-                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256(q)),
-                                             _mm256_maddubs_epi16(hi, _mm256_load_si256(q + 1)));
-                __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)),
+                __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(I8_DOT(lo, hi, q)),
                                          _mm256_load_ps(xt[j].dv + 8 * b));
                 acc[i][j] = _mm256_fmadd_ps(f, s, acc[i][j]);
             }
@@ -255,7 +269,7 @@ static void mm_q4_i8(const kn_mat *W, const float *x, int64_t n, float *y, int64
         kn->mm_q_base[4](W, x, n, y, r0, r1);
 }
 
-void kn_avx2_install_mat_i8(kn_ops *t)
+void I8_INSTALL(kn_ops *t)
 {
     t->mm_q[4] = mm_q4_i8;
 }
